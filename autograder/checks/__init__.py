@@ -1,0 +1,1 @@
+"""One module per exercise: its cases, its known mistakes and its ``EXERCISE``."""

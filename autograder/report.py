@@ -1,0 +1,44 @@
+"""The score table printed after ``pytest autograder/`` and the Gradescope-style results.json."""
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from autograder.exercise import Verdict
+
+
+class Scoreboard:
+    """Verdicts in the order they were graded, per assignment."""
+
+    def __init__(self):
+        self.verdicts: dict[str, list[Verdict]] = defaultdict(list)
+
+    def add(self, assignment: str, verdict: Verdict) -> None:
+        self.verdicts[assignment].append(verdict)
+
+    def total(self) -> tuple[int, int]:
+        all_verdicts = [v for vs in self.verdicts.values() for v in vs]
+        return sum(v.points for v in all_verdicts), sum(v.max_points for v in all_verdicts)
+
+    def table(self) -> list[str]:
+        width = max((len(v.exercise) for vs in self.verdicts.values() for v in vs), default=10) + 2
+        lines = []
+        for assignment, verdicts in self.verdicts.items():
+            lines.append(assignment)
+            for v in verdicts:
+                mark = "✓" if v.passed else "✗"
+                lines.append(f"  {mark} {v.exercise:<{width}} {v.points:>2}/{v.max_points:<2}  {v.summary}")
+            got, out_of = sum(v.points for v in verdicts), sum(v.max_points for v in verdicts)
+            lines.append(f"    {'小计 subtotal':<{width}} {got:>2}/{out_of}")
+        got, out_of = self.total()
+        lines.append(f"总分 Total: {got}/{out_of}")
+        return lines
+
+    def write_results_json(self, path: Path) -> None:
+        tests = [
+            {"name": f"{assignment} / {v.exercise}", "score": v.points, "max_score": v.max_points,
+             "output": v.message, "visibility": "visible"}
+            for assignment, verdicts in self.verdicts.items() for v in verdicts
+        ]
+        score, _ = self.total()
+        Path(path).write_text(json.dumps({"score": score, "tests": tests}, ensure_ascii=False, indent=2),
+                              encoding="utf-8")

@@ -1,0 +1,70 @@
+"""`pytest autograder/` as a self-learner runs it: exit codes, messages, table, results.json, and the
+notebook left exactly as it was."""
+import hashlib
+import json
+import subprocess
+import sys
+
+from autograder.assignments import REPO
+from tests.notebooks import ASSIGNMENT, RELEASED, filled, source_solutions, write_submission
+from tests.student_code import MISTAKES_01
+
+
+def run_grader(*args):
+    return subprocess.run([sys.executable, "-m", "pytest", "autograder/", "-p", "no:cacheprovider", *map(str, args)],
+                          cwd=REPO, capture_output=True, text=True)
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_release_stubs_fail_every_exercise_with_not_implemented(tmp_path):
+    before = digest(RELEASED)
+    done = run_grader("--results-json", tmp_path / "results.json")
+    assert done.returncode == 1, done.stdout
+    results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert results["score"] == 0
+    assert len(results["tests"]) == 5
+    assert all(t["output"] == "还没有实现（not yet implemented）" for t in results["tests"])
+    assert "总分 Total: 0/12" in done.stdout
+    assert "Traceback" not in done.stdout
+    assert digest(RELEASED) == before
+
+
+def test_solved_notebook_gets_full_marks(tmp_path):
+    notebook = write_submission(tmp_path, filled(source_solutions()))
+    before = digest(notebook)
+    done = run_grader("--submission", tmp_path, "--results-json", tmp_path / "results.json")
+    assert done.returncode == 0, done.stdout
+    assert "总分 Total: 12/12" in done.stdout
+    results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert results["score"] == 12
+    assert {t["name"] for t in results["tests"]} == {f"{ASSIGNMENT} / {n}" for n in source_solutions()}
+    assert all({"name", "score", "max_score", "output", "visibility"} <= t.keys() for t in results["tests"])
+    assert digest(notebook) == before
+
+
+def test_single_notebook_with_a_mistake(tmp_path):
+    name, named, code = next(m for m in MISTAKES_01 if m[0] == "padding_mask")  # attention does not call it
+    notebook = write_submission(tmp_path, filled({**source_solutions(), name: code}))
+    done = run_grader("--submission", notebook)
+    assert done.returncode == 1
+    assert named in done.stdout
+    assert "总分 Total: 10/12" in done.stdout
+
+
+def test_malformed_notebook_fails_every_exercise_with_a_clear_message(tmp_path):
+    notebook = tmp_path / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    notebook.parent.mkdir()
+    notebook.write_text(RELEASED.read_text(encoding="utf-8")[:5000], encoding="utf-8")
+    done = run_grader("--submission", tmp_path)
+    assert done.returncode == 1
+    assert done.stdout.count("不是合法的 notebook") >= 5
+    assert "总分 Total: 0/12" in done.stdout
+
+
+def test_missing_path_is_a_usage_error(tmp_path):
+    done = run_grader("--submission", tmp_path / "nowhere")
+    assert done.returncode == 4
+    assert "找不到" in done.stdout + done.stderr
