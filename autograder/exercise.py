@@ -17,6 +17,7 @@ from autograder.notebook_source import StudentCode, missing_definition
 from autograder.sandbox import SandboxFailure, run_isolated
 
 NOT_IMPLEMENTED = "还没有实现（not yet implemented）"
+_FORGED = "评分进程交回的结果格式不对：代码是不是改动了评分器？"
 _MISMATCH_SUMMARY = {"type": "返回值的类型不对", "length": "返回值的个数不对", "shape": "shape 不对",
                      "dtype": "dtype 不对", "nan": "输出里有 NaN", "values": "数值不对"}
 
@@ -183,21 +184,27 @@ def check_output(exercise: Exercise, case: Case, got) -> Mismatch | str | None:
 
 def grade(exercise: Exercise, code: StudentCode, timeout_s: float = limits.EXERCISE_TIMEOUT_S) -> Verdict:
     """Grade ``exercise`` against the student's ``code``: full points or none, with a message."""
-    fail = lambda summary, details="": Verdict(exercise.name, 0, exercise.points, summary, details)  # noqa: E731
+    def fail(summary: str, details: str = "") -> Verdict:
+        return Verdict(exercise.name, 0, exercise.points, summary, details)
+
     missing = missing_definition(code, exercise.name)
     if missing:
         return fail(missing)
     cases = exercise.cases()
     try:
         outcomes = run_isolated(lambda: _run_cases(exercise, code, cases), timeout_s)
+        outcomes = [(status, got) for status, got in outcomes]
     except SandboxFailure as e:
         return fail(str(e))
+    except (TypeError, ValueError):
+        return fail(_FORGED)
     for case, (status, got) in zip(cases, outcomes):
         if status == "error":
-            details = "\n".join(x for x in (f"用例：{case.label}", got["details"]) if x)
+            if not isinstance(got, dict) or not {"summary", "details"} <= got.keys():
+                return fail(_FORGED)
             if got["summary"] == NOT_IMPLEMENTED:
-                details = ""
-            return fail(got["summary"], details)
+                return fail(NOT_IMPLEMENTED)
+            return fail(got["summary"], "\n".join(x for x in (f"用例：{case.label}", got["details"]) if x))
         problem = check_output(exercise, case, got)
         if problem is None:
             continue

@@ -7,6 +7,7 @@ cells the kernel has executed so far, and reaches exactly the verdict ``pytest a
 import json
 import subprocess
 import sys
+import tempfile
 
 from autograder import limits
 
@@ -31,8 +32,10 @@ def grade(name: str) -> None:
     """Grade exercise ``name`` on the code executed so far; print the verdict, raise when it fails."""
     payload = json.dumps({"exercise": name, "cells": _executed_cells()})
     try:
+        # Not in the notebook's folder: a student's torch.py or autograder.py there must not shadow ours.
         done = subprocess.run([sys.executable, "-m", "autograder.grade_cells"], input=payload, text=True,
-                              capture_output=True, timeout=limits.EXERCISE_TIMEOUT_S + 60)
+                              capture_output=True, cwd=tempfile.gettempdir(),
+                              timeout=limits.EXERCISE_TIMEOUT_S + 60)
     except subprocess.TimeoutExpired:
         raise GradingFailure(f"{name}：评分超时。") from None
     if done.returncode != 0:

@@ -92,15 +92,11 @@ def stale_files() -> list[str]:
         shutil.copy(REPO / "nbgrader_config.py", root)
         generate(root)
         fresh, committed = root / "release", REPO / "release"
-        stale = []
-        for folder in sorted({p.relative_to(fresh) for p in fresh.rglob("*")} |
-                             {p.relative_to(committed) for p in committed.rglob("*") if committed.exists()}):
-            a, b = fresh / folder, committed / folder
-            if a.is_dir() or b.is_dir():
-                continue
-            if not (a.exists() and b.exists() and filecmp.cmp(a, b, shallow=False)):
-                stale.append(str(Path("release") / folder))
-        return stale
+        files = {p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file()}
+        files |= {p.relative_to(committed) for p in committed.rglob("*") if p.is_file()}
+        return [str(Path("release") / f) for f in sorted(files)
+                if not ((fresh / f).is_file() and (committed / f).is_file()
+                        and filecmp.cmp(fresh / f, committed / f, shallow=False))]
 
 
 def main(argv=None) -> int:

@@ -44,3 +44,19 @@ def test_trick_fails_only_its_exercise(trick):
     # attention calls the student's attention_scores, so it shares its fate; the rest are untouched
     verdicts.pop("attention")
     assert all(v.passed for v in verdicts.values()), {n: v.message for n, v in verdicts.items()}
+
+
+def test_forged_results_fail_the_exercise():
+    forge = '''
+import sys
+def attention_scores(q, k):
+    frame = sys._getframe(1)
+    while "outcomes" not in frame.f_locals:
+        frame = frame.f_back
+    frame.f_locals["outcomes"].extend([("error", "nothing")] * 3)
+    raise ValueError("stop")
+'''
+    code = student_code([Cell("代码单元 #1", notebook_code({"attention_scores": forge}))])
+    verdict = grade(ASSIGNMENTS["01_attention_basics"][0], code, timeout_s=3)
+    assert not verdict.passed
+    assert "格式不对" in verdict.message

@@ -23,6 +23,8 @@ def cases() -> list[Case]:
         Case("随机 q/k/v [2, 3, 5, 8]，带 causal_mask(5)", (*qkv((2, 3), 5, 5, 8, 8), causal_mask(5))),
         Case("q [2, 2, 3, 8]，k [2, 2, 6, 8]，v 的最后一维是 5（Dv ≠ D），带 causal_mask(3, 6)",
              (*qkv((2, 2), 3, 6, 8, 5), causal_mask(3, 6))),
+        Case("解码一步：q [2, 2, 1, 8]，k/v [2, 2, 6, 8]，带 causal_mask(1, 6)",
+             (*qkv((2, 2), 1, 6, 8, 8), causal_mask(1, 6))),
         Case("随机 q/k/v [2, 2, 6, 4]，padding_mask（第二句最后两个是 pad）& causal",
              (*qkv((2, 2), 6, 6, 4, 4), pad & causal_mask(6))),
         Case("随机 q/k/v [2, 1, 4, 4]，左侧 pad & causal：第一个 query 整行被遮住，输出应为 0",

@@ -27,6 +27,8 @@ MISTAKES = (
             lambda q, k=None: ~causal_mask(q, k)),
     Mistake("上下三角弄反了：query 看到的是未来而不是过去", "第 i 行应该只在 j ≤ i 的列上为 True（下三角，tril）。",
             lambda q, k=None: torch.ones(q, q if k is None else k, dtype=torch.bool).triu(_offset(q, k))),
+    Mistake("掩码转置了：行应该是 query，列是 key", "返回 [Tq, Tk]：第 i 行第 j 列表示 query i 能否看 key j。",
+            lambda q, k=None: causal_mask(q, k).mT),
     Mistake("k_len > q_len 时没有偏移", "query i 的绝对位置是 k_len − q_len + i：解码时唯一的新 query 要能看到所有 key。",
             _lower),
     Mistake("对角线被遮住了：token 看不到自己", "每个 token 可以看自己：j ≤ 位置，包括等号。",
