@@ -1,4 +1,4 @@
-"""Notebooks for the tests: the released 01, and copies of it filled in as a student would."""
+"""Notebooks for the tests: the released ones, and copies filled in as a student would."""
 import copy
 from pathlib import Path
 
@@ -8,18 +8,24 @@ from autograder.assignments import REPO
 from autograder.release import build_source_notebook
 
 ASSIGNMENT = "01_attention_basics"
-RELEASED = REPO / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-SOURCE_PY = REPO / "source" / ASSIGNMENT / f"{ASSIGNMENT}.py"
 
 
-def released() -> nbformat.NotebookNode:
-    return nbformat.read(RELEASED, as_version=4)
+def released_path(assignment: str = ASSIGNMENT) -> Path:
+    return REPO / "release" / assignment / f"{assignment}.ipynb"
 
 
-def source_solutions() -> dict[str, str]:
+def source_path(assignment: str = ASSIGNMENT) -> Path:
+    return REPO / "source" / assignment / f"{assignment}.py"
+
+
+def released(assignment: str = ASSIGNMENT) -> nbformat.NotebookNode:
+    return nbformat.read(released_path(assignment), as_version=4)
+
+
+def source_solutions(assignment: str = ASSIGNMENT) -> dict[str, str]:
     """Exercise -> the source notebook's solution cell, markers removed: what a student would type."""
     solutions = {}
-    for cell in build_source_notebook(SOURCE_PY, ASSIGNMENT).cells:
+    for cell in build_source_notebook(source_path(assignment), assignment).cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
         if grade_id.startswith("solution_"):
             lines = [line for line in cell.source.splitlines() if "### BEGIN SOLUTION" not in line
@@ -28,9 +34,9 @@ def source_solutions() -> dict[str, str]:
     return solutions
 
 
-def filled(answers: dict[str, str]) -> nbformat.NotebookNode:
+def filled(answers: dict[str, str], assignment: str = ASSIGNMENT) -> nbformat.NotebookNode:
     """The released notebook with the solution cells of ``answers`` replaced by their code."""
-    nb = copy.deepcopy(released())
+    nb = copy.deepcopy(released(assignment))
     for cell in nb.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
         exercise = grade_id.removeprefix("solution_")
@@ -39,9 +45,9 @@ def filled(answers: dict[str, str]) -> nbformat.NotebookNode:
     return nb
 
 
-def write_submission(folder: Path, nb: nbformat.NotebookNode) -> Path:
-    """Lay ``nb`` out like release/: ``folder/01_attention_basics/01_attention_basics.ipynb``."""
-    path = folder / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+def write_submission(folder: Path, nb: nbformat.NotebookNode, assignment: str = ASSIGNMENT) -> Path:
+    """Lay ``nb`` out like release/: ``folder/<assignment>/<assignment>.ipynb``."""
+    path = folder / assignment / f"{assignment}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, path)
     return path

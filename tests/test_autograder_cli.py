@@ -5,8 +5,8 @@ import json
 import subprocess
 import sys
 
-from autograder.assignments import REPO
-from tests.notebooks import ASSIGNMENT, RELEASED, filled, source_solutions, write_submission
+from autograder.assignments import EXERCISES, REPO
+from tests.notebooks import ASSIGNMENT, filled, released_path, source_solutions, write_submission
 from tests.student_code import MISTAKES_01
 
 
@@ -20,22 +20,22 @@ def digest(path):
 
 
 def test_release_stubs_fail_every_exercise_with_not_implemented(tmp_path):
-    before = digest(RELEASED)
+    before = digest(released_path())
     done = run_grader("--results-json", tmp_path / "results.json")
     assert done.returncode == 1, done.stdout
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert results["score"] == 0
-    assert len(results["tests"]) == 5
+    assert len(results["tests"]) == len(EXERCISES)
     assert all(t["output"] == "还没有实现（not yet implemented）" for t in results["tests"])
-    assert "总分 Total: 0/12" in done.stdout
+    assert f"总分 Total: 0/{sum(e.points for e in EXERCISES.values())}" in done.stdout
     assert "Traceback" not in done.stdout
-    assert digest(RELEASED) == before
+    assert digest(released_path()) == before
 
 
 def test_solved_notebook_gets_full_marks(tmp_path):
     notebook = write_submission(tmp_path, filled(source_solutions()))
     before = digest(notebook)
-    done = run_grader("--submission", tmp_path, "--results-json", tmp_path / "results.json")
+    done = run_grader("--submission", notebook.parent, "--results-json", tmp_path / "results.json")
     assert done.returncode == 0, done.stdout
     assert "总分 Total: 12/12" in done.stdout
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
@@ -57,8 +57,8 @@ def test_single_notebook_with_a_mistake(tmp_path):
 def test_malformed_notebook_fails_every_exercise_with_a_clear_message(tmp_path):
     notebook = tmp_path / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     notebook.parent.mkdir()
-    notebook.write_text(RELEASED.read_text(encoding="utf-8")[:5000], encoding="utf-8")
-    done = run_grader("--submission", tmp_path)
+    notebook.write_text(released_path().read_text(encoding="utf-8")[:5000], encoding="utf-8")
+    done = run_grader("--submission", notebook.parent)
     assert done.returncode == 1
     assert done.stdout.count("不是合法的 notebook") >= 5
     assert "总分 Total: 0/12" in done.stdout

@@ -8,43 +8,46 @@ from nbclient import NotebookClient
 
 from autograder.assignments import ASSIGNMENTS
 from autograder.release import ReleaseError, build_source_notebook, main
-from tests.notebooks import ASSIGNMENT, RELEASED, SOURCE_PY
+from tests.notebooks import ASSIGNMENT, released_path, source_path
 
 
 def test_release_is_in_sync_with_source(capsys):
     assert main(["--check"]) == 0, capsys.readouterr().out
 
 
-def test_release_hides_solutions_and_hidden_tests():
-    text = RELEASED.read_text(encoding="utf-8")
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_release_hides_solutions_and_hidden_tests(assignment):
+    text = released_path(assignment).read_text(encoding="utf-8")
     for leak in ("BEGIN SOLUTION", "HIDDEN TESTS", "autograder", "solutions"):
         assert leak not in text
     nb = json.loads(text)
     assert all(not c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code")
     stubs = [c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("solution")]
-    assert len(stubs) == len(ASSIGNMENTS[ASSIGNMENT])
+    assert len(stubs) == len(ASSIGNMENTS[assignment])
     assert all("raise NotImplementedError()" in "".join(c["source"]) for c in stubs)
 
 
-def test_points_come_from_the_graders():
-    nb = build_source_notebook(SOURCE_PY, ASSIGNMENT)
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_points_come_from_the_graders(assignment):
+    nb = build_source_notebook(source_path(assignment), assignment)
     points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
               for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
-    assert points == {f"tests_{e.name}": e.points for e in ASSIGNMENTS[ASSIGNMENT]}
+    assert points == {f"tests_{e.name}": e.points for e in ASSIGNMENTS[assignment]}
 
 
 def test_a_tag_for_an_unknown_exercise_is_refused(tmp_path):
     broken = tmp_path / f"{ASSIGNMENT}.py"
-    broken.write_text(SOURCE_PY.read_text(encoding="utf-8").replace("solution:causal_mask", "solution:causal_msk"),
+    broken.write_text(source_path().read_text(encoding="utf-8").replace("solution:causal_mask", "solution:causal_msk"),
                       encoding="utf-8")
     with pytest.raises(ReleaseError, match="causal_msk"):
         build_source_notebook(broken, ASSIGNMENT)
 
 
-def test_source_notebook_runs_top_to_bottom(tmp_path):
-    nb = build_source_notebook(SOURCE_PY, ASSIGNMENT)
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_source_notebook_runs_top_to_bottom(assignment, tmp_path):
+    nb = build_source_notebook(source_path(assignment), assignment)
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    for exercise in ASSIGNMENTS[ASSIGNMENT]:
+    for exercise in ASSIGNMENTS[assignment]:
         assert f"✓ {exercise.name}：通过" in outputs
     assert any(o.get("output_type") == "display_data" for c in nb.cells if c.cell_type == "code" for o in c.outputs)
