@@ -108,10 +108,14 @@ class Verdict:
 
 
 def _student_frame(exc: BaseException, code: StudentCode):
-    """(cell label, line number, function name) of the innermost frame in the student's cells."""
+    """(cell label, line number, qualified function name) of the innermost frame in the student's cells."""
     labels = {cell.label for cell in code.cells}
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in labels]
-    return (frames[-1].filename, frames[-1].lineno, frames[-1].name) if frames else None
+    frames = [(f.f_code, lineno) for f, lineno in traceback.walk_tb(exc.__traceback__)
+              if f.f_code.co_filename in labels]
+    if not frames:
+        return None
+    function, lineno = frames[-1]
+    return function.co_filename, lineno, getattr(function, "co_qualname", function.co_name)
 
 
 def _describe_error(exc: BaseException, code: StudentCode, name: str) -> dict:
@@ -121,8 +125,9 @@ def _describe_error(exc: BaseException, code: StudentCode, name: str) -> dict:
         label, lineno, _ = frame
         where = f"出错位置：{label} 第 {lineno} 行：{code.line(label, lineno)}"
     if isinstance(exc, NotImplementedError):
-        raised_in = frame[2] if frame else name
-        if raised_in in (name, "<module>", "__init__", "forward"):
+        # A function, or a method of a class, is the exercise itself or one it builds on.
+        raised_in = frame[2].split(".")[0] if frame else name
+        if raised_in in (name, "<module>"):
             return {"summary": NOT_IMPLEMENTED, "details": ""}
         return {"summary": f"{NOT_IMPLEMENTED}：`{name}` 调用的 `{raised_in}` 还没有实现。", "details": where}
     if isinstance(exc, SystemExit):
