@@ -69,6 +69,8 @@ class Mistake:
     hint: str
     fn: Callable | None = None
     matches: Callable[[Case, Any], bool] | None = None
+    # Run ``fn`` on the case's own dtype rather than on float64: for mistakes that are about precision.
+    native_dtype: bool = False
 
 
 @dataclass(frozen=True)
@@ -170,7 +172,7 @@ def _diagnose(exercise: Exercise, case: Case, got) -> Mistake | None:
                 return mistake
             continue
         try:
-            wrong = exercise.call(mistake.fn, reference_case)
+            wrong = exercise.call(mistake.fn, case if mistake.native_dtype else reference_case)
         except Exception:  # noqa: BLE001 - a mistake may not even run on this case's shapes
             continue
         if compare(got, wrong, case.dtype, tol, names=exercise.output_names, equal_nan=True) is None:
