@@ -93,6 +93,15 @@ def attention_heatmap(weights, query_tokens, key_tokens=None, *, ax=None, title=
     return ax
 
 
+def use_chinese_font() -> None:
+    """Let every figure drawn from now on show Chinese text (titles, axis labels, legends, ticks).
+
+    ``attention_heatmap`` does this by itself; call it before drawing other figures with Chinese labels.
+    Warns once, in Chinese, when no CJK font can be found.
+    """
+    _use_chinese_font()
+
+
 def _use_chinese_font() -> None:
     """Add a CJK font to matplotlib's fallback chain (idempotent; warns once if there is none)."""
     family = _find_cjk_family()

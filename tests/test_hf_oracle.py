@@ -1,10 +1,11 @@
 """Independent oracle: the reference Qwen3.5 attention layer against Hugging Face transformers' own
 ``Qwen3_5Attention`` and rotary embedding, with the same weights, in float32."""
+import pytest
 import torch
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5Attention, Qwen3_5TextRotaryEmbedding
 
-from autograder.checks.qwen35_attention import random_weights
+from autograder.checks.qwen35_attention import layer3_input, random_weights
 from solutions.qwen35_attention import Qwen35Attention, rope_cos_sin
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, ROTARY_FACTOR, THETA = 1024, 8, 2, 256, 0.25, 10_000_000.0
@@ -52,17 +53,28 @@ def check_agreement(weights, x, attention_mask, compare_rows):
     torch.testing.assert_close(got[compare_rows], want[compare_rows], atol=1e-5, rtol=1e-5)
 
 
-def test_layer_matches_transformers_without_padding():
+def layer3():
+    """The layer-3 weights and the prompt's layer-3 input, twice: ``[2, 6, hidden]`` in float32."""
+    cfg, weights, x = layer3_input(torch.float32)
+    assert (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rotary_dim,
+            cfg.rope_theta) == (HIDDEN, HEADS, KV_HEADS, HEAD_DIM, int(HEAD_DIM * ROTARY_FACTOR), THETA)
+    return weights, x.expand(2, -1, -1)
+
+
+def random_layer():
     gen = torch.Generator().manual_seed(3)
-    weights = random_weights(hf_config(), gen, torch.float32)
-    x = torch.randn(2, 6, HIDDEN, generator=gen)
+    return random_weights(hf_config(), gen, torch.float32), torch.randn(2, 6, HIDDEN, generator=gen)
+
+
+@pytest.mark.parametrize("make", [layer3, random_layer], ids=["layer 3", "random weights"])
+def test_layer_matches_transformers_without_padding(make):
+    weights, x = make()
     check_agreement(weights, x, None, (slice(None),))
 
 
-def test_layer_matches_transformers_with_padding():
-    gen = torch.Generator().manual_seed(4)
-    weights = random_weights(hf_config(), gen, torch.float32)
-    x = torch.randn(2, 6, HIDDEN, generator=gen)
+@pytest.mark.parametrize("make", [layer3, random_layer], ids=["layer 3", "random weights"])
+def test_layer_matches_transformers_with_padding(make):
+    weights, x = make()
     right = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
     check_agreement(weights, x, right, (slice(None),))
     # With left padding a pad query sees nothing; transformers then averages, the course outputs 0.

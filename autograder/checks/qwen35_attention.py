@@ -8,6 +8,8 @@ from torch import nn
 from autograder.checks.inputs import dtype_name, generator, randn
 from autograder.exercise import Case, Exercise, Mistake
 from autograder.tolerances import Tolerance
+from course import weights as checkpoint
+from course.qwen35 import PROMPT, PROMPT_IDS
 from solutions.qwen35_attention import Qwen35Attention, ZeroCenteredRMSNorm, apply_partial_rope, rope_cos_sin
 
 TOLERANCES = {
@@ -54,6 +56,25 @@ def _random_case(gen, label, cfg, batch, seq, rotary_dim, dtype=torch.float32, a
                 f"x [{batch}, {seq}, {cfg.hidden_size}]，{dtype_name(dtype)}", args)
 
 
+def layer3_input(dtype: torch.dtype):
+    """The prompt's layer-3 input: embedding rows through input_layernorm, ``[1, T, hidden]``."""
+    cfg = checkpoint.load_config()
+    weights = checkpoint.load_attention_layer(3, dtype=dtype, verbose=False)
+    norm = ZeroCenteredRMSNorm(cfg.hidden_size, cfg.rms_norm_eps).to(dtype)
+    norm.load_state_dict({"weight": weights["input_layernorm.weight"]})
+    with torch.no_grad():
+        x = norm(checkpoint.load_embedding_rows(PROMPT_IDS, dtype=dtype, verbose=False))[None]
+    return cfg, checkpoint.submodule_state(weights, "self_attn"), x
+
+
+def _layer3_case(dtype: torch.dtype) -> Case:
+    cfg, weights, x = layer3_input(dtype)
+    cos, sin = rope_cos_sin(torch.arange(x.shape[1]), cfg.rotary_dim, cfg.rope_theta)
+    source = "合成的替身权重" if checkpoint.find_checkpoint().synthetic else "真实的 Qwen3.5-0.8B"
+    return Case(f"第 3 层（{source}），输入是「{PROMPT}」的 {x.shape[1]} 个 token 过 input_layernorm，"
+                f"{dtype_name(dtype)}", (cfg, weights, x, cos, sin, None))
+
+
 def cases() -> list[Case]:
     gen = generator(64)
     right_pad = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
@@ -66,6 +87,8 @@ def cases() -> list[Case]:
         _random_case(gen, "MQA（1 个 KV 头）", config(48, 4, 1, 16), 2, 4, 8, dtype=torch.float64),
         _random_case(gen, "真实形状、随机权重", config(1024, 8, 2, 256), 1, 4, 64, theta=10_000_000.0),
         _random_case(gen, "小配置", config(64, 4, 2, 16), 2, 6, 8, dtype=torch.bfloat16),
+        _layer3_case(torch.float32),
+        _layer3_case(torch.bfloat16),
     ]
 
 

