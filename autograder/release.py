@@ -1,11 +1,14 @@
 """``course-release``: build the source notebooks from their jupytext twins and let nbgrader generate
 ``release/`` from them; ``course-release --check`` says whether the committed ``release/`` is current.
 
-In ``source/<assignment>/`` the ``.py`` file (jupytext percent format) is what instructors edit. Two tags
-mark the graded cells, and points come from the grader registry so they are written in one place:
+In ``source/<assignment>/`` the ``.py`` file (jupytext percent format) is what instructors edit. Three tags
+mark the special cells; points come from the grader registry so they are written in one place:
 
 - ``solution:<exercise>``: the student's cell; ``### BEGIN SOLUTION`` … ``### END SOLUTION`` is removed.
 - ``tests:<exercise>``: the grade cell; ``### BEGIN HIDDEN TESTS`` … ``### END HIDDEN TESTS`` is removed.
+- ``provided:<exercise>`` (one tag per exercise): a read-only cell that the build fills with the
+  solutions of exercises of earlier assignments, so a later notebook builds on them without shipping
+  them any earlier than their own assignment's release.
 """
 import argparse
 import filecmp
@@ -25,6 +28,47 @@ SCHEMA_VERSION = 3
 
 class ReleaseError(Exception):
     """The source notebook does not match the exercise contract; the message says where."""
+
+
+_SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+
+
+def _owner(exercise: str) -> str | None:
+    return next((a for a, exercises in ASSIGNMENTS.items() if any(e.name == exercise for e in exercises)), None)
+
+
+def source_file(assignment: str) -> Path:
+    return REPO / "source" / assignment / f"{assignment}.py"
+
+
+def solution_code(assignment: str) -> dict[str, str]:
+    """Exercise -> its solution cell in the source notebook, markers removed: a complete answer."""
+    solutions = {}
+    for cell in jupytext.read(source_file(assignment)).cells:
+        for tag in cell.metadata.get("tags", []):
+            kind, _, exercise = tag.partition(":")
+            if kind == "solution":
+                lines = [line for line in cell.source.splitlines() if line.strip() not in _SOLUTION_MARKERS]
+                solutions[exercise] = "\n".join(lines).strip()
+    return solutions
+
+
+def _provided(exercises: list[str], assignment: str, index: int, where: str) -> tuple[str, dict]:
+    """Source and nbgrader metadata of a read-only cell holding the solutions of ``exercises``."""
+    order = list(ASSIGNMENTS)
+    parts, owners = [], []
+    for exercise in exercises:
+        owner = _owner(exercise)
+        if owner is None or order.index(owner) >= order.index(assignment):
+            raise ReleaseError(f"{where}: provided:{exercise} must name an exercise of an earlier assignment")
+        parts.append(solution_code(owner)[exercise])
+        owners.append(owner)
+    header = (f"# Provided: answers from {', '.join(dict.fromkeys(owners))}. Run this cell; nothing to fill in.\n"
+              "# (The grader reads these definitions too: edit them only if you know why.)\n"
+              "import math\n\nimport torch\nfrom torch import nn")
+    metadata = {"grade": False, "grade_id": f"provided_{index:02d}", "locked": True,
+                "schema_version": SCHEMA_VERSION, "solution": False, "task": False}
+    return "\n\n\n".join([header, *parts]), metadata
 
 
 def _nbgrader_metadata(kind: str, exercise: str) -> dict:
@@ -47,8 +91,13 @@ def build_source_notebook(py_file: Path, assignment: str) -> nbformat.NotebookNo
     for index, cell in enumerate(nb.cells):
         cell.id = f"cell-{index:02d}"
         tags = cell.metadata.pop("tags", [])
+        provided = [tag.partition(":")[2] for tag in tags if tag.startswith("provided:")]
+        if provided:
+            cell.source, cell.metadata["nbgrader"] = _provided(provided, assignment, index, f"{py_file.name}, cell {index}")
         for tag in tags:
             kind, _, exercise = tag.partition(":")
+            if kind == "provided":
+                continue
             if kind not in seen or not exercise:
                 raise ReleaseError(f"{py_file.name}, cell {index}: unknown tag {tag!r}")
             cell.metadata["nbgrader"] = _nbgrader_metadata(kind, exercise)
@@ -64,13 +113,12 @@ def build_sources(root: Path) -> list[str]:
     """Write ``source/<assignment>/*.ipynb`` under ``root`` from the ``.py`` twins in this repo."""
     built = []
     for assignment in ASSIGNMENTS:
-        folder = REPO / "source" / assignment
-        py_files = sorted(folder.glob("*.py"))
-        if len(py_files) != 1:
-            raise ReleaseError(f"{folder} should hold exactly one jupytext .py notebook, found {len(py_files)}")
-        target = root / "source" / assignment / py_files[0].with_suffix(".ipynb").name
+        py_file = source_file(assignment)
+        if not py_file.is_file():
+            raise ReleaseError(f"{py_file} is missing: each assignment's notebook is source/<assignment>/<assignment>.py")
+        target = root / "source" / assignment / py_file.with_suffix(".ipynb").name
         target.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(build_source_notebook(py_files[0], assignment), target)
+        nbformat.write(build_source_notebook(py_file, assignment), target)
         built.append(assignment)
     return built
 

@@ -45,7 +45,7 @@ def main() -> None:
 
         torch_s = median_wall([sys.executable, "-c", "import torch"], root, repeats)
         grade = [sys.executable, "-m", "pytest", "autograder/", "-q", "-p", "no:cacheprovider",
-                 "--submission", root / "submitted" / "student"]
+                 "--submission", root / "submitted" / "student" / ASSIGNMENT]
         pytest_s = median_wall(grade, REPO, repeats)
         no_autoload = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         pytest_bare_s = median_wall(grade, REPO, repeats, no_autoload)

@@ -5,7 +5,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.assignments import REPO
-from autograder.release import build_source_notebook
+from autograder.release import solution_code
 
 ASSIGNMENT = "01_attention_basics"
 
@@ -14,24 +14,13 @@ def released_path(assignment: str = ASSIGNMENT) -> Path:
     return REPO / "release" / assignment / f"{assignment}.ipynb"
 
 
-def source_path(assignment: str = ASSIGNMENT) -> Path:
-    return REPO / "source" / assignment / f"{assignment}.py"
-
-
 def released(assignment: str = ASSIGNMENT) -> nbformat.NotebookNode:
     return nbformat.read(released_path(assignment), as_version=4)
 
 
 def source_solutions(assignment: str = ASSIGNMENT) -> dict[str, str]:
-    """Exercise -> the source notebook's solution cell, markers removed: what a student would type."""
-    solutions = {}
-    for cell in build_source_notebook(source_path(assignment), assignment).cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
-        if grade_id.startswith("solution_"):
-            lines = [line for line in cell.source.splitlines() if "### BEGIN SOLUTION" not in line
-                     and "### END SOLUTION" not in line]
-            solutions[grade_id.removeprefix("solution_")] = "\n".join(lines)
-    return solutions
+    """Exercise -> the source notebook's solution, markers removed: what a student would type."""
+    return solution_code(assignment)
 
 
 def filled(answers: dict[str, str], assignment: str = ASSIGNMENT) -> nbformat.NotebookNode:

@@ -1,8 +1,9 @@
 """Student code for 02_multi_head: correct answers and seeded mistakes, written independently of
 ``solutions/`` and of the graders' mistake catalogue."""
+from tests.student_code import CORRECT_01
 
-HEADER = ("import math\nimport torch\nfrom torch import nn\n"
-          "from course.blocks import attention, causal_mask, padding_mask\n")
+# The notebook provides assignment 01's functions; here a student's own answers to 01 stand in.
+HEADER = "import math\nimport torch\nfrom torch import nn\n" + "\n".join(CORRECT_01.values())
 
 CORRECT = {
     "split_heads": '''

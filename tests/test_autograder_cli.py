@@ -5,9 +5,13 @@ import json
 import subprocess
 import sys
 
-from autograder.assignments import EXERCISES, REPO
+import pytest
+
+from autograder.assignments import ASSIGNMENTS, EXERCISES, REPO
 from tests.notebooks import ASSIGNMENT, filled, released_path, source_solutions, write_submission
 from tests.student_code import MISTAKES_01
+from tests.student_code_03 import MISTAKES as MISTAKES_03
+from tests.student_code_gate_qwen35 import MISTAKES as MISTAKES_GATE
 
 
 def run_grader(*args):
@@ -32,26 +36,42 @@ def test_release_stubs_fail_every_exercise_with_not_implemented(tmp_path):
     assert digest(released_path()) == before
 
 
-def test_solved_notebook_gets_full_marks(tmp_path):
-    notebook = write_submission(tmp_path, filled(source_solutions()))
+def max_points(assignment):
+    return sum(e.points for e in ASSIGNMENTS[assignment])
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_solved_notebook_gets_full_marks(assignment, tmp_path):
+    notebook = write_submission(tmp_path, filled(source_solutions(assignment), assignment), assignment)
     before = digest(notebook)
     done = run_grader("--submission", notebook.parent, "--results-json", tmp_path / "results.json")
     assert done.returncode == 0, done.stdout
-    assert "总分 Total: 12/12" in done.stdout
+    total = max_points(assignment)
+    assert f"总分 Total: {total}/{total}" in done.stdout
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
-    assert results["score"] == 12
-    assert {t["name"] for t in results["tests"]} == {f"{ASSIGNMENT} / {n}" for n in source_solutions()}
+    assert results["score"] == total
+    assert {t["name"] for t in results["tests"]} == {f"{assignment} / {e.name}" for e in ASSIGNMENTS[assignment]}
     assert all({"name", "score", "max_score", "output", "visibility"} <= t.keys() for t in results["tests"])
     assert digest(notebook) == before
 
 
-def test_single_notebook_with_a_mistake(tmp_path):
-    name, named, code = next(m for m in MISTAKES_01 if m[0] == "padding_mask")  # attention does not call it
-    notebook = write_submission(tmp_path, filled({**source_solutions(), name: code}))
+# One mistake per assignment, in an exercise that no later exercise of the notebook calls.
+ONE_MISTAKE = [
+    ("01_attention_basics", next(m for m in MISTAKES_01 if m[0] == "padding_mask")),
+    ("03_gqa_kv_cache", next(m for m in MISTAKES_03 if m[0] == "kv_cache_bytes")),
+    ("05_output_gate", next(m for m in MISTAKES_GATE if m[0] == "gate_gradient")),
+]
+
+
+@pytest.mark.parametrize("assignment, mistake", ONE_MISTAKE, ids=[a for a, _ in ONE_MISTAKE])
+def test_single_notebook_with_a_mistake_loses_that_exercise_only(assignment, mistake, tmp_path):
+    name, named, code = mistake
+    notebook = write_submission(tmp_path, filled({**source_solutions(assignment), name: code}, assignment), assignment)
     done = run_grader("--submission", notebook)
     assert done.returncode == 1
     assert named in done.stdout
-    assert "总分 Total: 10/12" in done.stdout
+    total = max_points(assignment)
+    assert f"总分 Total: {total - EXERCISES[name].points}/{total}" in done.stdout
 
 
 def test_malformed_notebook_fails_every_exercise_with_a_clear_message(tmp_path):

@@ -2,13 +2,13 @@
 well formed and runs top to bottom in a real Jupyter kernel."""
 import json
 
-import nbformat
 import pytest
 from nbclient import NotebookClient
 
 from autograder.assignments import ASSIGNMENTS
-from autograder.release import ReleaseError, build_source_notebook, main
-from tests.notebooks import ASSIGNMENT, released_path, source_path
+from autograder.release import ReleaseError, build_source_notebook, main, solution_code
+from autograder.release import source_file as source_path
+from tests.notebooks import ASSIGNMENT, released_path
 
 
 def test_release_is_in_sync_with_source(capsys):
@@ -37,10 +37,28 @@ def test_points_come_from_the_graders(assignment):
 
 def test_a_tag_for_an_unknown_exercise_is_refused(tmp_path):
     broken = tmp_path / f"{ASSIGNMENT}.py"
-    broken.write_text(source_path().read_text(encoding="utf-8").replace("solution:causal_mask", "solution:causal_msk"),
+    broken.write_text(source_path(ASSIGNMENT).read_text(encoding="utf-8").replace("solution:causal_mask", "solution:causal_msk"),
                       encoding="utf-8")
     with pytest.raises(ReleaseError, match="causal_msk"):
         build_source_notebook(broken, ASSIGNMENT)
+
+
+def test_provided_cells_hold_the_earlier_solutions_read_only():
+    nb = build_source_notebook(source_path("06_qwen35_attention"), "06_qwen35_attention")
+    provided = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith("provided_")]
+    assert len(provided) == 1 and provided[0].metadata["nbgrader"]["locked"]
+    for assignment, exercise in [("01_attention_basics", "masked_softmax"), ("03_gqa_kv_cache", "repeat_kv"),
+                                 ("05_output_gate", "split_query_gate")]:
+        assert solution_code(assignment)[exercise] in provided[0].source
+    assert "BEGIN SOLUTION" not in provided[0].source
+
+
+def test_provided_cells_only_take_earlier_assignments(tmp_path):
+    early = tmp_path / "02_multi_head.py"
+    early.write_text(source_path("02_multi_head").read_text(encoding="utf-8").replace(
+        '"provided:attention"', '"provided:attention", "provided:repeat_kv"'), encoding="utf-8")
+    with pytest.raises(ReleaseError, match="repeat_kv must name an exercise of an earlier assignment"):
+        build_source_notebook(early, "02_multi_head")
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

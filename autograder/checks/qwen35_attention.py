@@ -3,9 +3,9 @@ configurations, on the real shape (8 / 2 / 256 / rotary 64) and on the layer-3 w
 from types import SimpleNamespace
 
 import torch
-from torch import nn
 
 from autograder.checks.inputs import dtype_name, generator, randn
+from autograder.checks.modules import build
 from autograder.exercise import Case, Exercise, Mistake
 from autograder.tolerances import Tolerance
 from course import weights as checkpoint
@@ -41,8 +41,7 @@ def random_weights(cfg, gen, dtype) -> dict:
 def call_layer(cls, case: Case):
     """Build the student's layer from the config, load the weights in the case's dtype, run forward."""
     cfg, weights, x, cos, sin, attention_mask = case.args
-    layer = cls(cfg).to(x.dtype)
-    layer.load_state_dict(weights)
+    layer = build(cls, (cfg,), weights, x.dtype)
     with torch.no_grad():
         return layer(x, cos, sin, attention_mask=attention_mask)
 

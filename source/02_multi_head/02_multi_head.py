@@ -38,7 +38,7 @@
 # >   所以函数和类里不要用演示单元里的变量，也不要改名字和参数。
 # >
 # > 作业 01 的五个函数（`attention_scores`、`causal_mask`、`padding_mask`、`masked_softmax`、`attention`）
-# > 已经放在 `course.blocks` 里，下面直接 import 来用。
+# > 放在导入单元后面的「已给出」单元里（作业 01 的参考答案），运行一下就能用。
 
 # %%
 import math
@@ -48,10 +48,12 @@ import torch
 from torch import nn
 
 from course import plotting, toy
-from course.blocks import attention, causal_mask, padding_mask
 
 torch.set_printoptions(precision=3, sci_mode=False)
 plotting.use_chinese_font()  # Chinese titles and labels in every figure below
+
+# %% tags=["provided:attention_scores", "provided:causal_mask", "provided:padding_mask", "provided:masked_softmax", "provided:attention"]
+# course-release fills this cell with the answers of assignment 01.
 
 # %% [markdown]
 # ## 1. 一个头不够

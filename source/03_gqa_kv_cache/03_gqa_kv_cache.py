@@ -37,7 +37,7 @@
 # > - 线性层是 `nn.Linear(..., bias=False)`，名字叫 `q_proj`、`k_proj`、`v_proj`、`o_proj`。
 # > - **评分规则**：评分程序只读取你的 `import`、函数和类的定义，以及全大写的常量；演示单元不会被评分程序执行。
 # >
-# > 作业 01 的函数从 `course.blocks` 导入；作业 02 的 `split_heads`、`merge_heads` 在下面第二个代码单元里，直接运行即可。
+# > 作业 01 的函数和作业 02 的 `split_heads`、`merge_heads` 在导入单元后面的「已给出」单元里（前两次作业的参考答案），运行一下就能用。
 
 # %%
 import math
@@ -48,25 +48,13 @@ import torch
 from torch import nn
 
 from course import plotting
-from course.blocks import attention, causal_mask, padding_mask
 
 torch.set_printoptions(precision=3, sci_mode=False)
 plotting.use_chinese_font()  # Chinese titles and labels in every figure below
 
 
-# %%
-# Ready-made from assignment 02: run this cell, there is nothing to fill in.
-def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """[B, T, H*D] -> [B, H, T, D]; head h gets features h*D ... (h+1)*D - 1 of every token."""
-    batch, seq, width = x.shape
-    return x.view(batch, seq, num_heads, width // num_heads).transpose(1, 2)
-
-
-def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """[B, H, T, D] -> [B, T, H*D]: each token's heads side by side."""
-    batch, heads, seq, dim = x.shape
-    return x.transpose(1, 2).reshape(batch, seq, heads * dim)
-
+# %% tags=["provided:attention_scores", "provided:causal_mask", "provided:padding_mask", "provided:masked_softmax", "provided:attention", "provided:split_heads", "provided:merge_heads"]
+# course-release fills this cell with the answers of assignments 01 and 02.
 
 # %% [markdown]
 # ## 1. 生成时每一步在算什么

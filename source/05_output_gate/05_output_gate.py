@@ -28,7 +28,7 @@
 # > - 注意力里的张量形状是 `[batch, heads, seq, head_dim]`，简写为 `[B, H, T, D]`；
 # >   投影层的输出按 token 排列，是 `[B, T, ...]`。
 # > - 掩码是 `torch.bool`，**True 表示"可以看"**。
-# > - 作业 01 写过的函数（`attention`、`causal_mask` 等）已经放在 `course.blocks` 里，直接拿来用。
+# > - 作业 01 写过的 `attention` 在导入单元后面的「已给出」单元里（作业 01 的参考答案），运行一下就能用。
 # > - **评分规则**：评分程序只读取你的 `import`、函数和类的定义，以及全大写的常量（如 `EPS = 1e-6`）；
 # >   演示单元不会被评分程序执行。所以函数里不要用演示单元里的变量，也不要改函数名和参数。
 # >
@@ -39,11 +39,14 @@
 import matplotlib.pyplot as plt
 import torch
 
-from course import blocks, plotting, toy
+from course import plotting, toy
 from course.weights import load_config
 
 torch.set_printoptions(precision=4, sci_mode=False)
 plotting.use_chinese_font()
+
+# %% tags=["provided:attention_scores", "provided:masked_softmax", "provided:attention"]
+# course-release fills this cell with the answers of assignment 01.
 
 # %% [markdown]
 # ## 1. 回顾：softmax 总要交一份平均值
@@ -53,7 +56,7 @@ plotting.use_chinese_font()
 
 # %%
 silent_query = torch.zeros(1, 2)  # [Tq=1, D=2]: a head with nothing to look for
-out_silent, weights_silent = blocks.attention(silent_query, toy.keys(), toy.values())
+out_silent, weights_silent = attention(silent_query, toy.keys(), toy.values())
 print("weights:", weights_silent)
 print("output :", out_silent)
 
@@ -77,7 +80,7 @@ sink_keys = torch.cat([torch.tensor([[-1.0, -1.0]]), toy.keys()])    # [4, 2]
 sink_values = torch.cat([torch.tensor([[0.0, 0.0]]), toy.values()])  # [4, 2]: the sink carries nothing
 
 abstain_query = torch.tensor([[-3.0, -3.0]])  # points at the sink's key
-out_sink, weights_sink = blocks.attention(abstain_query, sink_keys, sink_values)
+out_sink, weights_sink = attention(abstain_query, sink_keys, sink_values)
 for word, weight in zip(sink_words, weights_sink[0]):
     print(f"{word:>4}: {weight:.3f}")
 print("output:", out_sink)

@@ -40,8 +40,8 @@
 # >
 # > - 注意力里的张量形状是 `[batch, heads, seq, head_dim]`，简写为 `[B, H, T, D]`；层的输入输出是 `[B, T, hidden]`。
 # > - 掩码是 `torch.bool`，**True 表示"可以看"**。`attention_mask` 参数是 tokenizer 给的 `[B, T]` 的 0/1（1 = 真实 token）。
-# > - 前几次作业的函数在 `course.blocks` 里：`attention`、`causal_mask`、`padding_mask`、`repeat_kv`、
-# >   `split_query_gate`、`apply_output_gate`，下面的导入单元已经导入，直接用。
+# > - 前几次作业的函数 `attention`、`causal_mask`、`padding_mask`、`repeat_kv`、`split_query_gate`、
+# >   `apply_output_gate` 在导入单元后面的「已给出」单元里（前几次作业的参考答案），运行一下就能用。
 # > - **评分规则**：评分程序只读取你的 `import`、函数和类的定义，以及全大写的常量；演示单元不会被评分程序执行。
 # >   所以函数和类里不要用演示单元里的变量，也不要改名字和参数。
 # >
@@ -56,12 +56,14 @@ import torch
 from torch import nn
 
 from course import plotting
-from course.blocks import apply_output_gate, attention, causal_mask, padding_mask, repeat_kv, split_query_gate
 from course.tokenizer import load_tokenizer, token_pieces
 from course.weights import find_checkpoint, load_attention_layer, load_config, load_embedding_rows, submodule_state
 
 torch.set_printoptions(precision=4, sci_mode=False)
 plotting.use_chinese_font()
+
+# %% tags=["provided:attention_scores", "provided:causal_mask", "provided:padding_mask", "provided:masked_softmax", "provided:attention", "provided:repeat_kv", "provided:split_query_gate", "provided:apply_output_gate"]
+# course-release fills this cell with the answers of assignments 01, 03 and 05.
 
 # %% [markdown]
 # ## 1. 全景：24 层里的 6 层
@@ -435,7 +437,7 @@ print(f"all {n_full} full-attention layers, bfloat16: {kv_per_token * n_full * 2
 #
 # - RoPE 的表由调用者算好传进来（`cos`、`sin` 是 `[T, rotary_dim]`），这一层不用读 `rope_theta`。
 # - 因果掩码**总要**加；`attention_mask` 不是 None 时，再用 `padding_mask` 转换后 `&` 上去。
-# - 调用你自己的 `apply_partial_rope` 和 `ZeroCenteredRMSNorm`，以及 `course.blocks` 里的
+# - 调用你自己的 `apply_partial_rope` 和 `ZeroCenteredRMSNorm`，以及「已给出」单元里的
 #   `split_query_gate`、`repeat_kv`、`attention`、`causal_mask`、`padding_mask`、`apply_output_gate`。
 #   `attention` 已经除以了 $\sqrt D$。
 
