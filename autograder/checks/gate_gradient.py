@@ -8,9 +8,9 @@ from solutions.output_gate import gate_gradient
 
 def _sgd_toy(w):
     """The notebook's two tokens: 问号 (the head has the answer) and 数字 (the head only adds noise)."""
-    x = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
-    r, o, t = torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.8]), torch.tensor([1.0, 1.0])
-    return x, torch.tensor(w), r, o, t
+    x = torch.eye(2)  # one feature per token
+    residual, head_output = torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.8])
+    return x, torch.tensor(w), residual, head_output, torch.ones(2)
 
 
 def cases() -> list[Case]:

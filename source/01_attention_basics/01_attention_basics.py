@@ -56,7 +56,7 @@ torch.set_printoptions(precision=3, sci_mode=False)
 # - **key**：这个 token 亮给别人比对的标签；
 # - **value**：别人选中它之后，从它这里取走的内容。
 #
-# 一个 token 的输出分三步得到：用自己的 query 和每个 key 做点积，得到一排分数；softmax 把这排分数变成非负、
+# 一个 token 的输出分三步得到：拿自己的 query 依次和每个 key 求点积，每个 key 换来一个分数；softmax 再把这些分数换算成非负、
 # 总和为 1 的权重；再按这些权重把各个 token 的 value 加起来。
 #
 # 用二维向量算一遍。句子是「今天 / 天气 / 不错」：
@@ -109,7 +109,7 @@ print("output :", output)
 # %% [markdown]
 # ## 2. 从一行到一张表：矩阵形式
 #
-# 把所有 token 的 query、key、value 各自按行叠起来，得到矩阵 $Q$、$K$、$V$（第 $i$ 行属于第 $i$ 个 token）。
+# 把每个 token 的 query、key、value 分别当作一行叠起来，得到矩阵 $Q$、$K$、$V$（第 $i$ 行属于第 $i$ 个 token）。
 # 一个头的注意力写成
 #
 # $$
@@ -586,7 +586,7 @@ print(f"gate = sigmoid(-6) = {gate.item():.4f}  ->  gated output: ({gated[0]:.4f
 #
 # Qwen3.5 用了更直接的办法：在每个头的输出上逐维乘一个 sigmoid **门**，门的分数由当前 token 自己算出。
 # 分数是 $-6$ 时，$\operatorname{sigmoid}(-6) \approx 0.0025$，上面的输出 $(1,\ 1)$ 变成约 $(0.0025,\ 0.0025)$，
-# 这个头就真的"没发言"。Qwen 团队的对照实验里，加上门以后第一个 token 分到的注意力从 46.7% 降到 4.8%。
+# 这个头就真的"没发言"。Qwen 团队做过只差一个门的对照实验：有了门，落在第一个 token 上的注意力由 46.7% 减到 4.8%。
 # 作业 05_output_gate 会实现这个门，并用梯度下降把它学出来。
 
 # %% [markdown]

@@ -185,7 +185,7 @@ grade("KVCache")
 # | 例子 | GPT-2、BERT | Llama、Qwen3.5 | PaLM |
 #
 # MQA（Shazeer，2019）一步到位，但把 K、V 压得太狠，有的任务上质量会掉；GQA（Ainslie 等，2023）是折中，
-# 今天的大多数模型都用它。Qwen3.5 的全注意力层有 8 个 query 头、2 个 KV 头：每 4 个 query 头共用一组 K、V。
+# 今天的大多数模型都用它。Qwen3.5 的全注意力层用 8 个 query 头配 2 个 KV 头：每 4 个 query 头共用一组 K、V。
 #
 # 共享也有代价：同组的 query 头只能从同一份 K、V 里取信息，自由度比 MHA 小。换来的是缓存小了 $H / H_{kv}$ 倍，
 # 读写缓存的显存带宽也省了同样的倍数，生成长文本时这往往才是瓶颈。顺带 `k_proj`、`v_proj` 也变小了：

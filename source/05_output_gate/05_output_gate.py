@@ -67,7 +67,7 @@ print("output :", out_silent)
 # %% [markdown]
 # ## 2. 没有门时，模型怎么凑合：attention sink
 #
-# 训练会自己找出一条退路：挑一个所有 query 都看得见的 token——在因果掩码下只有**第一个 token** 满足——
+# 训练会自己找出一条退路：找一个每个 query 都能看到的 token——在因果掩码下只有**第一个 token** 满足——
 # 把它的 value 学得几乎是零向量。一个头无事可做时，就把注意力几乎全部倒给它；取回来的东西约等于 0，
 # 等于没有发言。这个被当成"垃圾桶"的 token 叫**注意力汇聚**（attention sink）。
 #
@@ -92,11 +92,11 @@ print("output:", out_sink)
 #
 # 真实模型里确实如此。下面是种子教材和 Qwen 团队论文**报告**的数字（本 notebook 没有、也无法重新测量它们）：
 #
-# - 没有门的 **Qwen3-0.6B**：第 6 层以后，后一半的 query 把 40%～77% 的注意力给了第一个 token，
+# - 没有门的 **Qwen3-0.6B**：从第 6 层起，位置靠后的那一半 query 有 40%～77% 的注意力落在第一个 token 上，
 #   而平均分配时每个 token 只该分到约 5%；逐层平均是 55%，28 层里有 20 层过半；
 #   第一个 token 的 value 向量只有平均长度的 0.07～0.23 倍。
 # - 有门的 **Qwen3.5-0.8B**，同一句话、同一种量法：平均 12%，最多的一层 27%。
-# - 这两个模型不只差一个门（层数、线性注意力、训练数据都不一样）。只差一个门的对照实验在 Qwen 团队 2025 年的论文
+# - 这两个模型的差别远不止门：层数、有没有线性注意力、训练数据都不同。只差一个门的对照实验在 Qwen 团队 2025 年的论文
 #   *Gated Attention for Large Language Models* 里：同样的模型、同样的数据，加上门以后，第一个 token
 #   分到的注意力从 **46.7%** 降到 **4.8%**。
 
@@ -329,18 +329,17 @@ grade("apply_output_gate")
 # %% [markdown]
 # ### 同一个头，碰到「书」关上，碰到「她」打开
 #
-# 一个手写的玩具：每个 token 只有 4 个特征 `[是名词, 是代词, 是动词, 前面提到过人]`；两个头、每头 2 维，
+# 一个手写的玩具：每个 token 只有 4 个 0/1 特征——名词？代词？动词？前文出现过人？——两个头、每头 2 维，
 # 所以 $W_{\text{gate}}$ 把 4 个特征映射成 4 个门分数。第一个头叫它"代词头"（专门替代词找它指的人），
 # 第二个叫"语法头"。真实模型里的 $W_{\text{gate}}$ 是训练出来的，也远没有这么好读；这里只为看清机制。
 #
 # 「她」的代词头这次取回来的是前文「小红」的信息；「书」不是代词，代词头取回来的东西没有用处。
 
 # %%
-feature_names = ["是名词", "是代词", "是动词", "前面提到过人"]
-toy_x = {
-    "书": torch.tensor([1.0, 0.0, 0.0, 1.0]),
-    "她": torch.tensor([0.0, 1.0, 0.0, 1.0]),
-}
+feature_names = ["名词", "代词", "动词", "前文有人"]
+# Which features each token has, by name; the vector follows feature_names.
+toy_features = {"书": {"名词", "前文有人"}, "她": {"代词", "前文有人"}}
+toy_x = {word: torch.tensor([float(name in has) for name in feature_names]) for word, has in toy_features.items()}
 # Columns: pronoun head dim 0, dim 1 | grammar head dim 0, dim 1.
 toy_w_gate = torch.tensor([
     [-5.0, -5.0, 2.0, 1.0],    # noun
@@ -348,10 +347,9 @@ toy_w_gate = torch.tensor([
     [-2.0, -2.0, 2.0, 2.0],    # verb
     [0.5, 0.5, 0.0, 0.0],      # a person was mentioned earlier
 ])
-toy_head_out = {  # what each head's attention brought back this time: [2 heads, 2 dims]
-    "书": torch.tensor([[0.8, -0.3], [0.4, 0.9]]),
-    "她": torch.tensor([[1.2, 0.5], [0.3, -0.2]]),
-}
+# What each head's attention brought back this time, [2 heads, 2 dims]: pronoun head first.
+toy_head_out = {word: torch.tensor(rows) for word, rows in [("书", [[0.8, -0.3], [0.4, 0.9]]),
+                                                             ("她", [[1.2, 0.5], [0.3, -0.2]])]}
 
 def rounded(t, digits=3):
     return [round(v, digits) for v in t.tolist()]
@@ -394,7 +392,7 @@ plt.show()
 # %% [markdown]
 # ## 6. 门是怎么学出来的
 #
-# $W_{\text{gate}}$ 和其他权重一样从很小的随机数开始（Qwen3.5 的 `initializer_range` 是 0.02），
+# $W_{\text{gate}}$ 跟别的权重一样，初始值是很小的随机数（Qwen3.5 的 `initializer_range` 是 0.02），
 # 所以刚初始化时所有分数都在 0 附近，门都是半开的 0.5。是梯度把"开着反而添乱"的门推向 0，
 # 把"该说话"的门拉向 1。一个小到能手算的例子：
 #
@@ -449,7 +447,9 @@ def gate_gradient(x: torch.Tensor, w: torch.Tensor, r: torch.Tensor, o: torch.Te
 
 # %% tags=["tests:gate_gradient"]
 sgd_x = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # 问号, 数字
-sgd_r, sgd_o, sgd_t = torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.8]), torch.tensor([1.0, 1.0])
+sgd_r = torch.tensor([0.0, 1.0])  # residual before the head: empty at 问号, already right at 数字
+sgd_o = torch.tensor([1.0, 0.8])  # what the head brings back
+sgd_t = torch.ones(2)             # the target at both tokens
 got = gate_gradient(sgd_x, torch.tensor([0.01, -0.02]), sgd_r, sgd_o, sgd_t)
 assert got.shape == (2,), f"两个特征，梯度的形状应是 (2,)，得到 {tuple(got.shape)}：是不是忘了对 token 求和？"
 assert not torch.allclose(got, torch.tensor([0.1244, -0.0792]), atol=1e-3), "符号反了：损失对 y 的导数是 y − t"
@@ -480,6 +480,7 @@ grade("gate_gradient")
 sgd_w = torch.tensor([0.01, -0.02])
 learning_rate = 1.0
 n_steps = 200
+report_at = {0, 1, 2, 5, 20, 50, n_steps}
 gate_history, loss_history, grad_history = [], [], []
 for step in range(n_steps + 1):  # record the state after 0, 1, ..., 200 updates
     gates_now = torch.sigmoid(sgd_x @ sgd_w)
@@ -487,7 +488,7 @@ for step in range(n_steps + 1):  # record the state after 0, 1, ..., 200 updates
     gate_history.append(gates_now)
     loss_history.append((((sgd_r + gates_now * sgd_o - sgd_t) ** 2) / 2).sum().item())
     grad_history.append(grad)
-    if step in (0, 1, 2, 5, 20, 50, 200):
+    if step in report_at:
         print(f"step {step:3d}: w = [{sgd_w[0]:+.3f}, {sgd_w[1]:+.3f}]  "
               f"gate(问号) {gates_now[0]:.3f}  gate(数字) {gates_now[1]:.3f}  "
               f"loss {loss_history[-1]:.4f}  grad [{grad[0]:+.4f}, {grad[1]:+.4f}]")
@@ -501,8 +502,8 @@ grad_history = torch.stack(grad_history)  # [201, 2]
 # 200 步之后，「问号」的门开到 **0.945**，「数字」的门关到 **0.071**。
 #
 # 方向很好理解：「问号」处 $y < t$，$y - t < 0$，梯度为负，$w_{\text{问号}}$ 往上走，门越开越大；
-# 「数字」处头只会添乱，$y > t$，$w_{\text{数字}}$ 往下走。真实模型里没有人告诉它"问号该开"，道理一样：
-# 哪个 (token, 头, 维) 放行能让下一个词猜得更准，梯度就把那里的门推开，反之就关上。
+# 「数字」处头只会添乱，$y > t$，$w_{\text{数字}}$ 往下走。真实模型里没有谁事先规定"问号处该开门"，机制却相同：
+# 只要某个 (token, 头, 维) 的门开大一点能让下一个词预测得更准，梯度就会把它推开；反之就推它关上。
 
 # %%
 steps = torch.arange(n_steps + 1)
@@ -551,13 +552,13 @@ for gate_value in (0.5, 0.8, 0.945, 0.99, 0.999):
 # | `apply_output_gate` | 头的输出 × sigmoid(门分数) | 逐维相乘；在 `o_proj` 之前 |
 # | `gate_gradient` | 手推门权重的梯度 | $(y-t)\cdot o \cdot g(1-g)\cdot x$，对 token 求和 |
 #
-# - softmax 逼每个头交一份加权平均；没有门的模型把第一个 token 养成 value 接近 0 的 attention sink。
+# - softmax 逼每个头交一份加权平均；没有门时，模型只好让第一个 token 的 value 变得接近 0，当作 attention sink。
 # - 门由当前 token 自己算出，逐维乘在头的输出上，想闭嘴就乘一个接近 0 的数。
-# - 门的前世今生：1997 年 LSTM 用 sigmoid 门控制信息流；2016 年 GLU 让一路过 sigmoid 去乘另一路；
+# - 门的前世今生：1997 年的 LSTM 已经用 sigmoid 门调节信息流；2016 年 GLU 让一路过 sigmoid 去乘另一路；
 #   2023 年有人发现注意力头"什么都不想做"时会造出巨大的离群值（*Quantizable Transformers*），
 #   Evan Miller 提议给 softmax 的分母加 1（*Attention Is Off By One*），StreamingLLM 给 attention sink 起了名字；
 #   2025 年 Qwen 团队在 *Gated Attention for Large Language Models* 里比较了 30 种加门的方式，
 #   头输出上逐维、由当前 token 算出的 sigmoid 门效果最好；Qwen3-Next 和 Qwen3.5 都用上了它。
-#   同一个问题也有别的解法，例如 gpt-oss 给每个头加一个可学习的 sink 分数。
+#   同一个问题也有别的解法，例如 gpt-oss 为每个头多设一个可学习的 sink 分数。
 #
 # 下一次作业把门和 GQA、QK-Norm、部分 RoPE 装进同一个模块，在 Qwen3.5 第 3 层的权重上跑起来。
