@@ -21,7 +21,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from autograder.assignments import ASSIGNMENTS, REPO
+from autograder.assignments import ASSIGNMENTS, EXERCISES, REPO
 
 SCHEMA_VERSION = 3
 
@@ -72,13 +72,12 @@ def _provided(exercises: list[str], assignment: str, index: int, where: str) -> 
 
 
 def _nbgrader_metadata(kind: str, exercise: str) -> dict:
-    points = {e.name: e.points for exercises in ASSIGNMENTS.values() for e in exercises}
-    if exercise not in points:
+    if exercise not in EXERCISES:
         raise ReleaseError(f"tag {kind}:{exercise} names no exercise the graders know")
     graded = kind == "tests"
     return {
         "grade": graded, "grade_id": f"{kind}_{exercise}", "locked": graded,
-        "points": points[exercise] if graded else 0, "schema_version": SCHEMA_VERSION,
+        "points": EXERCISES[exercise].points if graded else 0, "schema_version": SCHEMA_VERSION,
         "solution": not graded, "task": False,
     }
 

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import torch
 
 from autograder.checks.inputs import dtype_name, generator, randn
-from autograder.checks.modules import build
+from autograder.checks.modules import build, linear_weights
 from autograder.exercise import Case, Exercise, Mistake
 from autograder.tolerances import Tolerance
 from course import weights as checkpoint
@@ -27,15 +27,10 @@ def config(hidden, heads, kv_heads, head_dim, eps=1e-6):
 def random_weights(cfg, gen, dtype) -> dict:
     """A state dict with the real keys: projections scaled so activations stay O(1), norms near 0."""
     width, kv_width = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
-    scale = cfg.hidden_size ** -0.5
-    return {
-        "q_proj.weight": randn(gen, 2 * width, cfg.hidden_size, dtype=dtype, scale=scale),
-        "k_proj.weight": randn(gen, kv_width, cfg.hidden_size, dtype=dtype, scale=scale),
-        "v_proj.weight": randn(gen, kv_width, cfg.hidden_size, dtype=dtype, scale=scale),
-        "o_proj.weight": randn(gen, cfg.hidden_size, width, dtype=dtype, scale=width ** -0.5),
-        "q_norm.weight": randn(gen, cfg.head_dim, dtype=dtype, scale=0.2),
-        "k_norm.weight": randn(gen, cfg.head_dim, dtype=dtype, scale=0.2),
-    }
+    weights = linear_weights(gen, {"q_proj": (2 * width, cfg.hidden_size), "k_proj": (kv_width, cfg.hidden_size),
+                                   "v_proj": (kv_width, cfg.hidden_size), "o_proj": (cfg.hidden_size, width)}, dtype)
+    return {**weights, "q_norm.weight": randn(gen, cfg.head_dim, dtype=dtype, scale=0.2),
+            "k_norm.weight": randn(gen, cfg.head_dim, dtype=dtype, scale=0.2)}
 
 
 def call_layer(cls, case: Case):
@@ -55,21 +50,22 @@ def _random_case(gen, label, cfg, batch, seq, rotary_dim, dtype=torch.float32, a
                 f"x [{batch}, {seq}, {cfg.hidden_size}]，{dtype_name(dtype)}", args)
 
 
-def layer3_input(dtype: torch.dtype):
-    """The prompt's layer-3 input: embedding rows through input_layernorm, ``[1, T, hidden]``."""
-    cfg = checkpoint.load_config()
-    weights = checkpoint.load_attention_layer(3, dtype=dtype, verbose=False)
+def layer3_input(dtype: torch.dtype, path=None):
+    """The prompt's layer-3 input: embedding rows through input_layernorm, ``[1, T, hidden]``, with the
+    config and the attention weights, all read from the one checkpoint ``path`` (or the one found)."""
+    cfg = checkpoint.load_config(path)
+    weights = checkpoint.load_attention_layer(3, path, dtype=dtype, verbose=False)
     norm = ZeroCenteredRMSNorm(cfg.hidden_size, cfg.rms_norm_eps).to(dtype)
     norm.load_state_dict({"weight": weights["input_layernorm.weight"]})
     with torch.no_grad():
-        x = norm(checkpoint.load_embedding_rows(PROMPT_IDS, dtype=dtype, verbose=False))[None]
+        x = norm(checkpoint.load_embedding_rows(PROMPT_IDS, path, dtype=dtype, verbose=False))[None]
     return cfg, checkpoint.submodule_state(weights, "self_attn"), x
 
 
-def _layer3_case(dtype: torch.dtype) -> Case:
-    cfg, weights, x = layer3_input(dtype)
+def _layer3_case(found: checkpoint.Checkpoint, dtype: torch.dtype) -> Case:
+    cfg, weights, x = layer3_input(dtype, found.folder)
     cos, sin = rope_cos_sin(torch.arange(x.shape[1]), cfg.rotary_dim, cfg.rope_theta)
-    source = "合成的替身权重" if checkpoint.find_checkpoint().synthetic else "真实的 Qwen3.5-0.8B"
+    source = "合成的替身权重" if found.synthetic else "真实的 Qwen3.5-0.8B"
     return Case(f"第 3 层（{source}），输入是「{PROMPT}」的 {x.shape[1]} 个 token 过 input_layernorm，"
                 f"{dtype_name(dtype)}", (cfg, weights, x, cos, sin, None))
 
@@ -78,6 +74,7 @@ def cases() -> list[Case]:
     gen = generator(64)
     right_pad = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
     left_pad = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+    found = checkpoint.find_checkpoint()  # looked up once: both layer-3 cases read the same files
     return [
         _random_case(gen, "小配置（hidden = H·D）", config(32, 4, 2, 8), 1, 5, 4),
         _random_case(gen, "小配置，第二句右侧 padding", config(32, 4, 2, 8), 2, 5, 4, attention_mask=right_pad),
@@ -86,8 +83,8 @@ def cases() -> list[Case]:
         _random_case(gen, "MQA（1 个 KV 头）", config(48, 4, 1, 16), 2, 4, 8, dtype=torch.float64),
         _random_case(gen, "真实形状、随机权重", config(1024, 8, 2, 256), 1, 4, 64, theta=10_000_000.0),
         _random_case(gen, "小配置", config(64, 4, 2, 16), 2, 6, 8, dtype=torch.bfloat16),
-        _layer3_case(torch.float32),
-        _layer3_case(torch.bfloat16),
+        _layer3_case(found, torch.float32),
+        _layer3_case(found, torch.bfloat16),
     ]
 
 
