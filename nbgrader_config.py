@@ -1,6 +1,9 @@
 """nbgrader settings for the course. Run nbgrader from the repository root."""
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-from nbgrader.preprocessors import ClearHiddenTests, GetGrades
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearHiddenTests, GetGrades,
+                                    IgnorePattern, LimitOutput, SaveAutoGrades)
+
+from autograder.nbgrader_verdicts import EngineVerdicts
 
 c = get_config()  # noqa: F821 - provided by nbgrader when it loads this file
 
@@ -13,9 +16,10 @@ c.CourseDirectory.feedback_directory = "feedback"
 
 c.ClearSolutions.code_stub = {"python": "# 在这里写你的代码\nraise NotImplementedError()"}
 
-# Each hidden-test cell grades in a fresh interpreter with its own time limit (autograder/limits.py),
-# so a cell needs at most that plus interpreter start-up; the rest of a notebook runs in seconds.
-c.Execute.timeout = 120
+# No kernel runs a submission: EngineVerdicts takes the place of nbgrader's Execute and writes the course
+# engine's verdicts (the same as `pytest autograder/`) into the grade cells, from which SaveAutoGrades scores.
+c.Autograde.autograde_preprocessors = [EngineVerdicts, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+                                       SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
 
 # Autograded notebooks get their hidden tests back; feedback must not show them to students.
 c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]

@@ -1,15 +1,27 @@
-"""pytest plugin for ``pytest autograder/``: which submission to grade, a score table, results.json."""
-from pathlib import Path
+"""pytest plugin for ``pytest autograder/``: which submission to grade, a score table, results.json.
 
-import pytest
+The sandbox's fork server starts as this plugin loads, before the grader imports torch and the
+references, so that the two imports overlap. Every collected exercise ends up in the table and in
+results.json, whatever happens.
+"""
+from autograder.sandbox.client import SandboxError, shared
 
-from autograder import exercise as grading
-from autograder.assignments import RELEASE
-from autograder.notebook_source import NotebookError, read_code_cells, student_code
-from autograder.report import Scoreboard
-from autograder.submission import SubmissionError, notebooks
+shared().start()
+
+from pathlib import Path  # noqa: E402 - after the fork server's start, on purpose
+
+import pytest  # noqa: E402
+
+from autograder import exercise as grading  # noqa: E402
+from autograder.assignments import RELEASE  # noqa: E402
+from autograder.notebook_file import NotebookError, read_code_cells  # noqa: E402
+from autograder.report import Scoreboard  # noqa: E402
+from autograder.sandbox.walls import describe_missing  # noqa: E402
+from autograder.submission import SubmissionError, notebooks  # noqa: E402
 
 BOARD = pytest.StashKey[Scoreboard]()
+_config: pytest.Config | None = None
+EXPECTED = pytest.StashKey[dict]()
 
 
 def pytest_addoption(parser):
@@ -21,28 +33,47 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    global _config
+    _config = config
     config.stash[BOARD] = Scoreboard()
+    config.stash[EXPECTED] = {}
+
+
+def pytest_collection_modifyitems(items, config):
+    """Remember every exercise about to be graded, so that none can drop out of the totals."""
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        module = getattr(item, "module", None)
+        if spec and "exercise" in spec.params and hasattr(module, "ASSIGNMENT"):
+            config.stash[EXPECTED][item.nodeid] = (module.ASSIGNMENT, spec.params["exercise"])
+
+
+def pytest_runtest_logreport(report):
+    """An exercise of an assignment that was not submitted is skipped: it is not owed a verdict."""
+    if report.skipped:
+        _config.stash[EXPECTED].pop(report.nodeid, None)
 
 
 class Submission:
-    """The notebooks being graded, each read and compiled once per run."""
+    """The notebooks being graded, each read once per run."""
 
     def __init__(self, path: Path):
         self.path = path
+        self.root = path if path.is_dir() else path.parent
         self.found = notebooks(path)
-        self._code = {}
+        self._cells = {}
 
-    def code(self, assignment: str):
+    def cells(self, assignment: str):
         if assignment not in self.found:
             pytest.skip(f"{assignment} 不在这次提交里")
-        if assignment not in self._code:
+        if assignment not in self._cells:
             notebook = self.found[assignment]
             try:
-                self._code[assignment] = (student_code(read_code_cells(notebook)) if isinstance(notebook, Path)
-                                          else NotebookError(notebook))
+                self._cells[assignment] = (read_code_cells(notebook, self.root) if isinstance(notebook, Path)
+                                           else NotebookError(notebook))
             except NotebookError as e:
-                self._code[assignment] = e
-        return self._code[assignment]
+                self._cells[assignment] = e
+        return self._cells[assignment]
 
 
 @pytest.fixture(scope="session")
@@ -58,27 +89,56 @@ def submission(pytestconfig) -> Submission:
 def grade(submission, pytestconfig):
     """Grade one exercise of one assignment; record the verdict; fail the test with its message."""
     def run(assignment: str, exercise: grading.Exercise) -> None:
-        code = submission.code(assignment)
-        if isinstance(code, NotebookError):
-            verdict = grading.Verdict(exercise.name, 0, exercise.points, str(code))
-        else:
-            verdict = grading.grade(exercise, code)
+        try:
+            cells = submission.cells(assignment)
+            if isinstance(cells, NotebookError):
+                verdict = grading.Verdict(exercise.name, 0, exercise.points, str(cells))
+            else:
+                verdict = grading.grade(exercise, cells)
+        except Exception as e:  # noqa: BLE001 - a grader failure is this exercise's zero, never a lost line
+            verdict = grading.grader_problem(exercise, f"{type(e).__name__}: {e}")
         pytestconfig.stash[BOARD].add(assignment, verdict)
         if not verdict.passed:
             pytest.fail(f"{exercise.name}（0/{exercise.points} 分）：{verdict.message}", pytrace=False)
     return run
 
 
-def pytest_terminal_summary(terminalreporter, config):
+def _complete(config) -> Scoreboard:
+    """The board with a zero, marked as the grader's problem, for any collected exercise left ungraded."""
     board = config.stash[BOARD]
+    for assignment, exercise in config.stash[EXPECTED].values():
+        if not any(v.exercise == exercise.name for v in board.verdicts.get(assignment, [])):
+            board.add(assignment, grading.grader_problem(exercise, "这一题没有得到评分结果（评分程序中途出错）"))
+    return board
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    board = _complete(config)
     if not board.verdicts:
         return
     terminalreporter.section("评分 Score")
     for line in board.table():
         terminalreporter.write_line(line)
+    missing = _missing_walls()
+    if missing:
+        terminalreporter.write_line("评分沙箱在这台机器上缺少这些防护（sandbox walls missing here）：")
+        for line in missing:
+            terminalreporter.write_line(f"  - {line}")
+
+
+def _missing_walls() -> list[str]:
+    try:
+        return describe_missing(shared().hello()["missing"])
+    except SandboxError:
+        return []
 
 
 def pytest_sessionfinish(session):
     path = session.config.getoption("results_json")
     if path:
-        session.config.stash[BOARD].write_results_json(Path(path))
+        _complete(session.config).write_results_json(Path(path))
+
+
+def pytest_unconfigure(config):
+    shared().stop()
+

@@ -1,63 +1,29 @@
-"""Grade one exercise: run the student's definition on every case in the sandbox, compare each output
-with the reference from ``solutions/``, and when it is wrong, say which known mistake it matches.
+"""Grade one exercise: run the student's code on every case in the sandbox, compare each output with the
+reference from ``solutions/`` here in the grader, and when it is wrong, say which known mistake it
+matches.
 
-This is the one definition of each check: ``pytest autograder/`` and the hidden-test cells of the
-source notebooks both end here.
+Student code never runs in this process: the sandbox hands back plain data (``harness.run``), which is
+validated before anything looks at it. This is the one definition of each check: ``pytest autograder/``,
+``nbgrader autograde`` and the hidden-test cells of the source notebooks all end here.
 """
-import builtins
-import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
 from autograder import limits, tolerances
+from autograder.calls import PROTOCOLS, Case, call_function
 from autograder.compare import Mismatch, compare
-from autograder.notebook_source import StudentCode, missing_definition
-from autograder.sandbox import SandboxFailure, run_isolated
+from autograder.notebook_source import Cell, StudentCode, missing_definition
+from autograder.sandbox.client import Sandbox, SandboxError, shared
+from autograder.sandbox.harness import NOT_IMPLEMENTED
 
-NOT_IMPLEMENTED = "还没有实现（not yet implemented）"
 _FORGED = "评分进程交回的结果格式不对：代码是不是改动了评分器？"
 _MISMATCH_SUMMARY = {"type": "返回值的类型不对", "length": "返回值的个数不对", "shape": "shape 不对",
-                     "dtype": "dtype 不对", "nan": "输出里有 NaN", "values": "数值不对"}
-
-
-def _map_tensors(value, fn):
-    if isinstance(value, torch.Tensor):
-        return fn(value)
-    if isinstance(value, tuple):
-        return tuple(_map_tensors(v, fn) for v in value)
-    if isinstance(value, list):
-        return [_map_tensors(v, fn) for v in value]
-    if isinstance(value, dict):
-        return {k: _map_tensors(v, fn) for k, v in value.items()}
-    return value
-
-
-@dataclass(frozen=True)
-class Case:
-    """One call of the student's code: ``label`` tells the student what was tried."""
-
-    label: str
-    args: tuple = ()
-    kwargs: dict = field(default_factory=dict)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The dtype of the first float tensor among the inputs (float32 when there is none)."""
-        found = []
-        _map_tensors((self.args, self.kwargs), lambda t: found.append(t.dtype) if t.is_floating_point() else None)
-        return found[0] if found else torch.float32
-
-    def in_float64(self) -> "Case":
-        """The same case with every float tensor converted to float64, for the reference."""
-        up = lambda t: t.double() if t.is_floating_point() else t.clone()  # noqa: E731
-        return replace(self, args=_map_tensors(self.args, up), kwargs=_map_tensors(self.kwargs, up))
-
-
-def call_function(fn: Callable, case: Case):
-    """How most exercises are called: the function itself, with the case's arguments."""
-    return fn(*case.args, **case.kwargs)
+                     "dtype": "dtype 不对", "nan": "输出里有 NaN", "values": "数值不对", "free": "输出里有 NaN 或 inf"}
+_GRADER_PROBLEM = "评分环境出了问题，不是你的代码的问题"
+_MUTATED = ("原地修改了输入", "带下划线的操作（masked_fill_、add_ ……）和 x[...] = ... 会改掉调用者传进来的张量："
+            "用不带下划线的版本，写成 scores = scores.masked_fill(...)，或者先 clone()。")
 
 
 @dataclass(frozen=True)
@@ -84,9 +50,17 @@ class Exercise:
     mistakes: tuple[Mistake, ...] = ()
     output_names: tuple[str, ...] = ()
     tolerance_overrides: dict = field(default_factory=dict)
+    # How the code is called, from ``autograder.calls`` (it runs in the sandbox, so it must live there).
     call: Callable[[Callable, Case], Any] = call_function
     # Extra properties the output must have beyond matching the reference, e.g. exact zeros.
     verify: Callable[[Case, Any], "str | None"] | None = None
+    # Positions of the output that no implementation defines (padding queries): any finite value is right.
+    free: Callable[[Case], Any] | None = None
+
+    def __post_init__(self):
+        if PROTOCOLS.get(self.call.__name__) is not self.call:
+            raise ValueError(f"{self.name}: call must be one of autograder.calls.PROTOCOLS, which the sandbox knows "
+                             f"by name; got {self.call!r}")
 
     def tolerance(self, dtype: torch.dtype) -> tolerances.Tolerance:
         return tolerances.for_dtype(dtype, self.tolerance_overrides)
@@ -99,6 +73,7 @@ class Verdict:
     max_points: int
     summary: str  # one line
     details: str = ""
+    grader_problem: bool = False  # the grader could not judge this exercise; not the student's doing
 
     @property
     def passed(self) -> bool:
@@ -109,60 +84,60 @@ class Verdict:
         return self.summary + ("\n" + self.details if self.details else "")
 
 
-def _student_frame(exc: BaseException, code: StudentCode):
-    """(cell label, line number, qualified function name) of the innermost frame in the student's cells."""
-    labels = {cell.label for cell in code.cells}
-    frames = [(f.f_code, lineno) for f, lineno in traceback.walk_tb(exc.__traceback__)
-              if f.f_code.co_filename in labels]
-    if not frames:
-        return None
-    function, lineno = frames[-1]
-    return function.co_filename, lineno, getattr(function, "co_qualname", function.co_name)
+def grader_problem(exercise: "Exercise", what: str) -> Verdict:
+    """A verdict saying that the grader, not the student, failed on this exercise."""
+    return Verdict(exercise.name, 0, exercise.points, f"{_GRADER_PROBLEM}：{what}",
+                   "请把这条信息告诉老师或助教；修好评分环境后重新评分。", grader_problem=True)
 
 
-def _describe_error(exc: BaseException, code: StudentCode, name: str) -> dict:
-    frame = _student_frame(exc, code)
-    where = ""
-    if frame:
-        label, lineno, _ = frame
-        where = f"出错位置：{label} 第 {lineno} 行：{code.line(label, lineno)}"
-    if isinstance(exc, NotImplementedError):
-        # A function, or a method of a class, is the exercise itself or one it builds on.
-        raised_in = frame[2].split(".")[0] if frame else name
-        if raised_in in (name, "<module>"):
-            return {"summary": NOT_IMPLEMENTED, "details": ""}
-        return {"summary": f"{NOT_IMPLEMENTED}：`{name}` 调用的 `{raised_in}` 还没有实现。", "details": where}
-    if isinstance(exc, SystemExit):
-        return {"summary": "代码调用了 exit() / sys.exit()：评分时不能退出进程。", "details": where}
-    if isinstance(exc, MemoryError) or "allocate" in str(exc):
-        return {"summary": "内存不够：代码申请的内存超出了评分的上限。是不是建了一个特别大的张量？", "details": where}
-    text = str(exc).strip().splitlines()
-    first = text[0][:300] if text else ""
-    return {"summary": f"运行出错：{type(exc).__name__}: {first}", "details": where}
+def _clean(text: str) -> str:
+    """Text from the sandbox, safe to print: no control characters, bounded length."""
+    kept = "".join(ch for ch in text if ch in "\n\t" or (ch >= " " and not 0x7f <= ord(ch) < 0xa0))
+    return kept[:limits.MESSAGE_CHARS]
 
 
-def _run_cases(exercise: Exercise, code: StudentCode, cases: list[Case]):
-    """Runs in the sandbox: execute the student's definitions, then call them on each case."""
-    namespace = {"__name__": "__student__", "__builtins__": builtins}
+def _is_info(value) -> bool:
+    return isinstance(value, dict) and set(value) == {"summary", "details"} and all(
+        isinstance(v, str) for v in value.values())
+
+
+def _strings(value) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
+def _valid_outcome(outcome) -> bool:
+    if not isinstance(outcome, (list, tuple)) or not outcome:
+        return False
+    if outcome[0] == "error":
+        return len(outcome) == 2 and _is_info(outcome[1])
+    return (outcome[0] == "ok" and len(outcome) == 3 and isinstance(outcome[2], (list, tuple))
+            and all(isinstance(x, str) for x in outcome[2]))
+
+
+def _valid_report(report) -> bool:
+    """The shape ``harness.run`` gives; anything else was written by something other than the harness."""
+    if not isinstance(report, dict) or not {"defined", "syntax_errors"} <= set(report) <= {
+            "defined", "syntax_errors", "error", "outcomes"}:
+        return False
+    if not (_strings(report["defined"]) and _strings(report["syntax_errors"])):
+        return False
+    if "error" in report and not _is_info(report["error"]):
+        return False
+    outcomes = report.get("outcomes", [])
+    return isinstance(outcomes, (list, tuple)) and all(_valid_outcome(o) for o in outcomes)
+
+
+def _load_report(data: bytes):
+    import io
+
     try:
-        for compiled in code.compiled:
-            exec(compiled, namespace)
-    except BaseException as e:  # noqa: BLE001 - anything the student's code raises is reported
-        info = _describe_error(e, code, exercise.name)
-        info["summary"] = "执行 notebook 里的定义时出错，" + info["summary"]
-        return [("error", info)]
-    student = namespace[exercise.name]
-    outcomes = []
-    for case in cases:
-        try:
-            outcomes.append(("ok", exercise.call(student, case)))
-        except BaseException as e:  # noqa: BLE001
-            outcomes.append(("error", _describe_error(e, code, exercise.name)))
-            break
-    return outcomes
+        report = torch.load(io.BytesIO(data), weights_only=True)
+    except Exception:  # noqa: BLE001 - whatever the bytes are, they are not a report
+        return None
+    return report if _valid_report(report) else None
 
 
-def _diagnose(exercise: Exercise, case: Case, got) -> Mistake | None:
+def _diagnose(exercise: Exercise, case: Case, got, free) -> Mistake | None:
     """The first known mistake whose output matches ``got`` on ``case``."""
     reference_case = case.in_float64()
     tol = exercise.tolerance(case.dtype)
@@ -175,7 +150,7 @@ def _diagnose(exercise: Exercise, case: Case, got) -> Mistake | None:
             wrong = exercise.call(mistake.fn, case if mistake.native_dtype else reference_case)
         except Exception:  # noqa: BLE001 - a mistake may not even run on this case's shapes
             continue
-        if compare(got, wrong, case.dtype, tol, names=exercise.output_names, equal_nan=True) is None:
+        if compare(got, wrong, case.dtype, tol, names=exercise.output_names, equal_nan=True, free=free) is None:
             return mistake
     return None
 
@@ -183,41 +158,84 @@ def _diagnose(exercise: Exercise, case: Case, got) -> Mistake | None:
 def check_output(exercise: Exercise, case: Case, got) -> Mismatch | str | None:
     """Why ``got`` is not the right output for ``case`` (None when it is)."""
     want = exercise.call(exercise.reference, case.in_float64())
-    mismatch = compare(got, want, case.dtype, exercise.tolerance(case.dtype), names=exercise.output_names)
+    free = exercise.free(case) if exercise.free else None
+    mismatch = compare(got, want, case.dtype, exercise.tolerance(case.dtype), names=exercise.output_names,
+                       free=free)
     if mismatch is None and exercise.verify is not None:
         return exercise.verify(case, got)
     return mismatch
 
 
-def grade(exercise: Exercise, code: StudentCode, timeout_s: float = limits.EXERCISE_TIMEOUT_S) -> Verdict:
-    """Grade ``exercise`` against the student's ``code``: full points or none, with a message."""
+_STOPPED = {
+    "timeout": "运行超过 {timeout:g} 秒，被停止了：代码里是不是有死循环，或者在做很大的计算？",
+    "too_big": f"交回的结果太大（超过 {limits.OUTPUT_BYTES // 2**20} MiB），被停止了：返回值里是不是有特别大的张量？",
+}
+
+
+def _crash_message(detail: dict) -> str:
+    if detail.get("left_running"):
+        return "代码关掉了交回结果的通道，却还在运行：评分时不要关闭文件描述符。"
+    signal_name = detail.get("signal")
+    if signal_name in ("SIGXCPU", "SIGKILL"):
+        return "运行进程被停止了：CPU 时间或内存用得太多。是不是有死循环，或者建了特别大的张量？"
+    if signal_name:
+        return f"运行进程因为信号 {signal_name} 崩溃了。"
+    return (f"运行进程提前退出了（退出码 {detail.get('exit')}），没有交回结果："
+            "代码里是不是调用了 os._exit()、exit() 或 sys.exit()？")
+
+
+def grade(exercise: Exercise, cells: list[Cell], sandbox: Sandbox | None = None,
+          timeout_s: float = limits.EXERCISE_TIMEOUT_S) -> Verdict:
+    """Grade ``exercise`` against the student's code ``cells``: full points or none, with a message."""
     def fail(summary: str, details: str = "") -> Verdict:
         return Verdict(exercise.name, 0, exercise.points, summary, details)
 
-    missing = missing_definition(code, exercise.name)
-    if missing:
-        return fail(missing)
     cases = exercise.cases()
+    job = {"exercise": exercise.name, "call": exercise.call.__name__,
+           "cells": [(cell.label, cell.source) for cell in cells], "cases": cases}
     try:
-        outcomes = run_isolated(lambda: _run_cases(exercise, code, cases), timeout_s)
-        outcomes = [(status, got) for status, got in outcomes]
-    except SandboxFailure as e:
-        return fail(str(e))
-    except (TypeError, ValueError):
+        answer = (sandbox or shared()).run(job, timeout_s)
+    except SandboxError as e:
+        return grader_problem(exercise, str(e))
+    if answer.kind == "grader":
+        return grader_problem(exercise, answer.detail.get("message", ""))
+    if answer.kind in _STOPPED:
+        return fail(_STOPPED[answer.kind].format(timeout=timeout_s))
+    if answer.kind != "report":
+        return fail(_crash_message(answer.detail or {}))
+    report = _load_report(answer.data)
+    if report is None:
         return fail(_FORGED)
-    for case, (status, got) in zip(cases, outcomes):
-        if status == "error":
-            if not isinstance(got, dict) or not {"summary", "details"} <= got.keys():
-                return fail(_FORGED)
-            if got["summary"] == NOT_IMPLEMENTED:
+    if "error" in report:
+        return fail(_clean(report["error"]["summary"]), _clean(report["error"]["details"]))
+    missing = missing_definition(StudentCode(cells, defined=report["defined"], syntax_errors=report["syntax_errors"]),
+                                 exercise.name)
+    if missing:
+        return fail(_clean(missing))
+    return _judge(exercise, cases, report.get("outcomes", []), fail)
+
+
+def _judge(exercise: Exercise, cases: list[Case], outcomes: list, fail) -> Verdict:
+    """The verdict on the outcomes of the cases, in order: the first wrong one decides."""
+    for case, outcome in zip(cases, outcomes):
+        if outcome[0] == "error":
+            info = outcome[1]
+            if info["summary"] == NOT_IMPLEMENTED:
                 return fail(NOT_IMPLEMENTED)
-            return fail(got["summary"], "\n".join(x for x in (f"用例：{case.label}", got["details"]) if x))
+            return fail(_clean(info["summary"]), "\n".join(x for x in (f"用例：{case.label}", _clean(info["details"])) if x))
+        _, got, changed = outcome
         problem = check_output(exercise, case, got)
+        if problem is None and changed:
+            return fail(f"没有通过：{_MUTATED[0]}", f"用例：{case.label}\n调用之后，{'、'.join(map(_clean, changed))}"
+                                                 f"的值变了。\n看起来是：{_MUTATED[0]}。{_MUTATED[1]}")
         if problem is None:
             continue
         text, kind = (problem.text, problem.kind) if isinstance(problem, Mismatch) else (problem, "values")
         lines = [f"用例：{case.label}", text]
-        mistake = _diagnose(exercise, case, got)
+        free = exercise.free(case) if exercise.free else None
+        mistake = _diagnose(exercise, case, got, free)
+        if mistake is None and changed:
+            mistake = Mistake(*_MUTATED)
         if mistake:
             lines.append(f"看起来是：{mistake.name}。{mistake.hint}")
         return fail(f"没有通过：{mistake.name if mistake else _MISMATCH_SUMMARY[kind]}", "\n".join(lines))

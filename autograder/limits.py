@@ -1,7 +1,28 @@
-"""What one exercise's run in the sandbox may use before it is stopped."""
+"""What one run of student code may use before it is stopped, and how much of a submission the grader
+reads. Every cap lives here."""
 
-# Seconds for all cases of one exercise; the cases themselves take milliseconds.
+# Seconds of wall-clock time for all cases of one exercise (the cases themselves take milliseconds);
+# CPU time is capped one second above it.
 EXERCISE_TIMEOUT_S = 20.0
 
-# Address space a sandboxed run may add on top of what the grader process already maps.
+# Address space a run may add on top of what the fork server already maps (torch alone maps ~0.6 GiB).
 EXTRA_MEMORY_BYTES = 3 * 1024**3
+# Below this much room (a host limit such as `ulimit -v`), no honest solution can run: a grader problem.
+MIN_EXTRA_MEMORY_BYTES = 512 * 1024**2
+
+# The private temporary folder (a tmpfs, so its size counts as memory) and the files in it.
+TMP_BYTES = 64 * 1024**2
+TMP_FILES = 1024
+FILE_BYTES = 16 * 1024**2
+OPEN_FILES = 64
+PROCESSES = 64  # RLIMIT_NPROC where it binds (not for root, whom seccomp stops instead)
+MAX_FD = 1 << 16
+
+# What a run may hand back (its outputs, serialised), and what the grader reads of a submission.
+OUTPUT_BYTES = 64 * 1024**2
+NOTEBOOK_BYTES = 32 * 1024**2
+CODE_BYTES = 2 * 1024**2
+MESSAGE_CHARS = 2000
+
+# Seconds the fork server may take to start (it imports torch) before the grader gives up on it.
+STARTUP_TIMEOUT_S = 120.0

@@ -1,23 +1,18 @@
-"""Read the student's code out of a notebook, keeping only what grading needs.
+"""The student's code, keeping only what grading needs: a notebook's imports, function and class
+definitions and ALL_CAPS constants, and nothing else. Demo cells, plots and visible checks are skipped,
+so a half-done notebook still grades.
 
-The grader runs a notebook's imports, function and class definitions and ALL_CAPS constants, and
-nothing else: demo cells, plots and visible checks are skipped, so a half-done notebook still grades.
-Notebooks are only ever opened for reading.
+Parsing and compiling happen inside the sandbox (``harness.run``): whatever a notebook holds, it cannot
+crash the grader's own process.
 """
 import ast
 import difflib
-import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 _CONSTANT = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 _KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-
-
-class NotebookError(Exception):
-    """The notebook cannot be read; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -44,34 +39,6 @@ class StudentCode:
                 lines = cell.source.splitlines()
                 return lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
         return ""
-
-
-def read_code_cells(path: Path) -> list[Cell]:
-    """The code cells of the notebook at ``path``, labelled by their position among code cells."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise NotebookError(f"找不到 notebook：{path}。请检查路径。") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise NotebookError(f"无法读取 notebook {path}：{e}") from None
-    try:
-        nb = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise NotebookError(
-            f"{path} 不是合法的 notebook（JSON 在第 {e.lineno} 行第 {e.colno} 列出错：{e.msg}）。"
-            "它可能在保存时被截断或被文本编辑器改坏了：请在 JupyterLab 里重新打开并保存，"
-            "或从 release/ 重新拷贝一份再把代码填回去。"
-        ) from None
-    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or nb.get("nbformat") != 4:
-        raise NotebookError(f"{path} 不是 nbformat 4 的 notebook（缺少 cells 列表或版本不对）。")
-    cells = []
-    for cell in nb["cells"]:
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-            continue
-        source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else str(source)
-        cells.append(Cell(f"代码单元 #{len(cells) + 1}", source))
-    return cells
 
 
 def _without_magics(source: str) -> str | None:
@@ -125,6 +92,9 @@ def student_code(cells: list[Cell]) -> StudentCode:
         except SyntaxError as e:
             code.syntax_errors[cell.label] = f"第 {e.lineno} 行：{e.msg}"
             continue
+        except (RecursionError, MemoryError, ValueError, OverflowError) as e:
+            code.syntax_errors[cell.label] = f"Python 无法解析这个单元（{type(e).__name__}：嵌套太深或太大？）"
+            continue
         kept_by_cell.append((cell.label, [node for node in tree.body if _graded(node)]))
     used = {n.id for _, kept in kept_by_cell for node in kept if not isinstance(node, (ast.Import, ast.ImportFrom))
             for n in ast.walk(node) if isinstance(n, ast.Name)}
@@ -132,7 +102,11 @@ def student_code(cells: list[Cell]) -> StudentCode:
         kept = [n for n in (_used_imports(node, used) for node in kept) if n is not None]
         if not kept:
             continue
-        code.compiled.append(compile(ast.Module(body=kept, type_ignores=[]), label, "exec"))
+        try:
+            code.compiled.append(compile(ast.Module(body=kept, type_ignores=[]), label, "exec"))
+        except (SyntaxError, RecursionError, MemoryError, ValueError, OverflowError) as e:
+            code.syntax_errors[label] = f"Python 无法编译这个单元（{type(e).__name__}：{str(e)[:200]}）"
+            continue
         for node in kept:
             for name in _names(node):
                 code.defined[name] = label

@@ -108,9 +108,8 @@ def build_source_notebook(py_file: Path, assignment: str) -> nbformat.NotebookNo
     return nb
 
 
-def build_sources(root: Path) -> list[str]:
+def build_sources(root: Path) -> None:
     """Write ``source/<assignment>/*.ipynb`` under ``root`` from the ``.py`` twins in this repo."""
-    built = []
     for assignment in ASSIGNMENTS:
         py_file = source_file(assignment)
         if not py_file.is_file():
@@ -118,18 +117,16 @@ def build_sources(root: Path) -> list[str]:
         target = root / "source" / assignment / py_file.with_suffix(".ipynb").name
         target.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(build_source_notebook(py_file, assignment), target)
-        built.append(assignment)
-    return built
 
 
 def generate(root: Path) -> None:
-    """Run ``nbgrader generate_assignment`` in ``root`` for every assignment."""
-    for assignment in build_sources(root):
-        done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment,
-                               "--force", "--create", "--log-level=WARN"],
-                              cwd=root, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise ReleaseError(f"nbgrader generate_assignment {assignment} failed:\n{done.stdout}{done.stderr}")
+    """Run ``nbgrader generate_assignment`` in ``root`` for every assignment (one nbgrader run for all)."""
+    build_sources(root)
+    done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", "*",
+                           "--force", "--create", "--log-level=WARN"],
+                          cwd=root, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ReleaseError(f"nbgrader generate_assignment failed:\n{done.stdout}{done.stderr}")
 
 
 def stale_files() -> list[str]:

@@ -1,5 +1,7 @@
 """The score table printed after ``pytest autograder/`` and the Gradescope-style results.json."""
 import json
+import os
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,7 +27,7 @@ class Scoreboard:
         for assignment, verdicts in self.verdicts.items():
             lines.append(assignment)
             for v in verdicts:
-                mark = "✓" if v.passed else "✗"
+                mark = "✓" if v.passed else "⚠" if v.grader_problem else "✗"
                 lines.append(f"  {mark} {v.exercise:<{width}} {v.points:>2}/{v.max_points:<2}  {v.summary}")
             got, out_of = sum(v.points for v in verdicts), sum(v.max_points for v in verdicts)
             lines.append(f"    {'小计 subtotal':<{width}} {got:>2}/{out_of}")
@@ -40,5 +42,19 @@ class Scoreboard:
             for assignment, verdicts in self.verdicts.items() for v in verdicts
         ]
         score, _ = self.total()
-        Path(path).write_text(json.dumps({"score": score, "tests": tests}, ensure_ascii=False, indent=2),
-                              encoding="utf-8")
+        write_atomically(Path(path), json.dumps({"score": score, "tests": tests}, ensure_ascii=False, indent=2))
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``: a reader sees the
+    old file or the whole new one, never a half-written one."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise

@@ -126,6 +126,12 @@ def masked_softmax(scores, mask=None):
     s = e.sum(dim=-1, keepdim=True)
     return torch.where(s > 0, e / s, torch.zeros_like(e))
 '''),
+    ("masked_softmax", "原地修改了输入", '''
+def masked_softmax(scores, mask=None):
+    if mask is not None:
+        scores.masked_fill_(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1).nan_to_num(0.0)
+'''),
     ("attention", "返回顺序反了", '''
 def attention(q, k, v, mask=None):
     w = masked_softmax(attention_scores(q, k), mask)

@@ -150,6 +150,16 @@ def apply_partial_rope(x, cos, sin):
     out = torch.stack((even * cos - odd * sin, odd * cos + even * sin), dim=-1).flatten(-2)
     return torch.cat((out, x[..., rd:]), dim=-1)
 '''),
+    ("apply_partial_rope", "交错式", '''
+def apply_partial_rope(x, cos, sin):
+    rd = cos.shape[-1]
+    half = rd // 2
+    c = cos[:, :half].to(x.dtype).repeat_interleave(2, dim=-1)
+    s = sin[:, :half].to(x.dtype).repeat_interleave(2, dim=-1)
+    rot = x[..., :rd]
+    pairs = torch.stack((-rot[..., 1::2], rot[..., 0::2]), dim=-1).reshape(rot.shape)
+    return torch.cat((rot * c + pairs * s, x[..., rd:]), dim=-1)
+'''),
     ("apply_partial_rope", "最后 rotary_dim 维", '''
 def apply_partial_rope(x, cos, sin):
     rd = cos.shape[-1]

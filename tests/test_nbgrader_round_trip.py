@@ -1,7 +1,8 @@
 """A real nbgrader round trip: generate → submitted → autograde → feedback. Every assignment gets a
-correct and an untouched submission, 01 also a half-done one and one that passes the visible checks
-only. nbgrader's marks must equal `pytest autograder/`'s, exercise by exercise, and the feedback must
-show no hidden-test code."""
+correct and an untouched submission, 01 also a half-done one, one that passes the visible checks only,
+and a hostile one, graded first, that attacks the gradebook, the other students and nbgrader itself.
+nbgrader's marks must equal `pytest autograder/`'s, exercise by exercise, the hostile student must
+change nothing but their own marks, and the feedback must show no hidden-test code."""
 import json
 import shutil
 import subprocess
@@ -23,6 +24,41 @@ def attention(q, k, v, mask=None):
 """
 
 
+HOSTILE = "aaa-hostile"  # nbgrader grades students in name order: this one goes first
+
+
+def hostile(root) -> dict:
+    """A notebook that, run the way nbgrader runs notebooks, would give itself full marks, zero another
+    student's grades, plant files for the students after it and kill nbgrader."""
+    planted = [root / "planted.py", root / "autograded" / "correct" / FIRST / "torch.py", root / "gradebook.db"]
+    return filled({
+        "attention_scores": """
+import autograder.notebook
+autograder.notebook.grade = lambda name: print("✓ " + name)  # in a kernel, every hidden test would pass
+def attention_scores(q, k):
+    raise NotImplementedError()
+""",
+        "causal_mask": f"""
+import sqlite3
+GRADEBOOK = sqlite3.connect({str(root / "gradebook.db")!r}).executescript(
+    "UPDATE grade SET auto_score = 0; UPDATE grade SET manual_score = 99;")
+def causal_mask(q_len, k_len=None):
+    raise NotImplementedError()
+""",
+        "padding_mask": f"""
+PLANTED = [open(path, "a").write("import os; os._exit(0)") for path in {[str(p) for p in planted]!r}]
+def padding_mask(attention_mask):
+    raise NotImplementedError()
+""",
+        "masked_softmax": """
+import os, signal
+KILLED = [os.kill(pid, signal.SIGKILL) for pid in (os.getppid(), -1)]
+def masked_softmax(scores, mask=None):
+    raise NotImplementedError()
+""",
+    })
+
+
 def max_points(assignment):
     return sum(e.points for e in ASSIGNMENTS[assignment])
 
@@ -37,6 +73,7 @@ def submissions() -> dict:
     first_three = {e.name: solutions[e.name] for e in ASSIGNMENTS[FIRST][:3]}
     found[FIRST, "half"] = filled(first_three), sum(e.points for e in ASSIGNMENTS[FIRST][:3])
     found[FIRST, "sneaky"] = filled({**solutions, "attention": SNEAKY_ATTENTION}), max_points(FIRST) - 3
+    found[FIRST, HOSTILE] = hostile, 0  # built in the course folder, whose paths it attacks
     return found
 
 
@@ -49,12 +86,11 @@ def course(tmp_path_factory):
     shutil.copy(REPO / "nbgrader_config.py", root)
     generate(root)
     for (assignment, student), (nb, _) in SUBMISSIONS.items():
-        write_submission(root / "submitted" / student, nb, assignment)
-    for assignment in ASSIGNMENTS:
-        for step in (["autograde", "--create"], ["generate_feedback"]):
-            done = subprocess.run([sys.executable, "-m", "nbgrader", *step, assignment, "--force"],
-                                  cwd=root, capture_output=True, text=True)
-            assert done.returncode == 0, done.stdout + done.stderr
+        write_submission(root / "submitted" / student, nb(root) if callable(nb) else nb, assignment)
+    for step in (["autograde", "--create"], ["generate_feedback"]):  # every assignment in one nbgrader run
+        done = subprocess.run([sys.executable, "-m", "nbgrader", *step, "*", "--force"],
+                              cwd=root, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
     return root
 
 
@@ -64,13 +100,19 @@ def nbgrader_marks(root, assignment, student) -> dict[str, float]:
         return {g.name.removeprefix("tests_"): g.score for g in notebook.grades if g.name.startswith("tests_")}
 
 
-def pytest_marks(root, assignment, student, tmp_path) -> dict[str, float]:
-    results = tmp_path / f"{student}.json"
-    subprocess.run([sys.executable, "-m", "pytest", "autograder/", "-p", "no:cacheprovider",
-                    "--submission", root / "submitted" / student / assignment, "--results-json", results],
-                   cwd=REPO, capture_output=True, text=True)
-    tests = json.loads(results.read_text(encoding="utf-8"))["tests"]
-    return {t["name"].split(" / ")[1]: t["score"] for t in tests}
+@pytest.fixture(scope="module")
+def pytest_marks(course, tmp_path_factory) -> dict[tuple[str, str], dict[str, float]]:
+    """(assignment, student) -> exercise -> points from `pytest autograder/`, one run per student."""
+    marks = {}
+    for student in sorted({s for _, s in SUBMISSIONS}):
+        results = tmp_path_factory.mktemp("results") / f"{student}.json"
+        subprocess.run([sys.executable, "-m", "pytest", "autograder/", "-p", "no:cacheprovider",
+                        "--submission", course / "submitted" / student, "--results-json", results],
+                       cwd=REPO, capture_output=True, text=True)
+        for test in json.loads(results.read_text(encoding="utf-8"))["tests"]:
+            assignment, exercise = test["name"].split(" / ")
+            marks.setdefault((assignment, student), {})[exercise] = test["score"]
+    return marks
 
 
 def feedback(root, assignment, student) -> str:
@@ -78,18 +120,30 @@ def feedback(root, assignment, student) -> str:
 
 
 @pytest.mark.parametrize("assignment, student", SUBMISSIONS, ids=[f"{a}-{s}" for a, s in SUBMISSIONS])
-def test_nbgrader_and_pytest_agree(course, assignment, student, tmp_path):
+def test_nbgrader_and_pytest_agree(course, pytest_marks, assignment, student):
     by_nbgrader = nbgrader_marks(course, assignment, student)
     assert sum(by_nbgrader.values()) == SUBMISSIONS[assignment, student][1]
-    assert by_nbgrader == pytest_marks(course, assignment, student, tmp_path)
+    assert by_nbgrader == pytest_marks[assignment, student]
 
 
 @pytest.mark.parametrize("assignment, student", SUBMISSIONS, ids=[f"{a}-{s}" for a, s in SUBMISSIONS])
 def test_feedback_shows_no_hidden_tests(course, assignment, student):
     html = feedback(course, assignment, student)
     assert "HIDDEN TESTS" not in html
-    assert "autograder" not in html
-    assert "grade(" not in html
+    assert "import grade" not in html and "grade(" not in html  # the hidden cells' code
+    assert "Traceback (most recent call last)" not in html and "exercise.py" not in html  # nor grader source
+
+
+def test_a_hostile_student_changes_nothing_outside_their_own_marks(course):
+    """Every other student's marks are checked by test_nbgrader_and_pytest_agree; here, what else it tried."""
+    assert not (course / "planted.py").exists()
+    assert not (course / "autograded" / "correct" / FIRST / "torch.py").exists()
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for student in {s for _, s in SUBMISSIONS}:
+            notebook = gradebook.find_submission_notebook(FIRST, FIRST, student)
+            assert all(g.manual_score is None for g in notebook.grades), student
+    html = feedback(course, FIRST, HOSTILE)
+    assert "执行 notebook 里的定义时出错" in html  # its attacks, run in the sandbox, failed
 
 
 def test_feedback_explains_a_hidden_failure(course):

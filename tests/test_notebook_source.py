@@ -1,9 +1,12 @@
 """Reading student code out of notebooks: only definitions run, and every problem gets a clear message."""
 import nbformat
 
+from autograder import limits
+
 from autograder.assignments import EXERCISES
 from autograder.exercise import grade
-from autograder.notebook_source import Cell, NotebookError, read_code_cells, student_code
+from autograder.notebook_file import NotebookError, read_code_cells
+from autograder.notebook_source import Cell, student_code
 from tests.student_code import notebook_code
 
 
@@ -17,27 +20,27 @@ def test_demo_cells_magics_and_plots_are_not_run(tmp_path):
     code = student_code(cells)
     assert set(code.defined) >= {"attention_scores", "EPS", "math", "torch"}
     assert "lower" not in code.defined and "plt" not in code.defined  # unused imports are dropped
-    assert grade(EXERCISES["attention"], code).passed
+    assert grade(EXERCISES["attention"], cells).passed
 
 
 def test_renamed_function_is_reported_with_the_close_name():
-    code = student_code([Cell("代码单元 #1", notebook_code().replace("def causal_mask", "def causal_masks"))])
+    code = [Cell("代码单元 #1", notebook_code().replace("def causal_mask", "def causal_masks"))]
     verdict = grade(EXERCISES["causal_mask"], code)
     assert "找不到 `causal_mask`" in verdict.message and "causal_masks" in verdict.message
 
 
 def test_syntax_error_in_the_exercise_cell_is_reported():
-    code = student_code([Cell("代码单元 #1", notebook_code()),
-                         Cell("代码单元 #2", "def padding_mask(attention_mask)\n    return 1")])
+    code = [Cell("代码单元 #1", notebook_code()),
+                         Cell("代码单元 #2", "def padding_mask(attention_mask)\n    return 1")]
     assert grade(EXERCISES["padding_mask"], code).passed  # the earlier definition still counts
-    code = student_code([Cell("代码单元 #1", "import torch\ndef padding_mask(attention_mask)\n    return 1")])
+    code = [Cell("代码单元 #1", "import torch\ndef padding_mask(attention_mask)\n    return 1")]
     verdict = grade(EXERCISES["padding_mask"], code)
     assert "代码单元 #1 有语法错误" in verdict.message and "第 2 行" in verdict.message
 
 
 def test_error_points_at_the_students_line():
-    code = student_code([Cell("代码单元 #1", notebook_code({"causal_mask": "def causal_mask(q_len, k_len=None):\n"
-                                                                          "    x = 1\n    return x.shape\n"}))])
+    code = [Cell("代码单元 #1", notebook_code({"causal_mask": "def causal_mask(q_len, k_len=None):\n"
+                                                                          "    x = 1\n    return x.shape\n"}))]
     verdict = grade(EXERCISES["causal_mask"], code)
     assert "AttributeError" in verdict.summary
     assert "代码单元 #1 第 " in verdict.details and "return x.shape" in verdict.details
@@ -66,3 +69,29 @@ def test_cells_are_read_in_order_with_labels(tmp_path):
     path = tmp_path / "nb.ipynb"
     nbformat.write(nb, path)
     assert read_code_cells(path) == [Cell("代码单元 #1", "a = 1"), Cell("代码单元 #2", "def f():\n    return 2")]
+
+
+def test_hostile_notebook_files_are_refused_with_a_message(tmp_path):
+    nested = tmp_path / "nested.ipynb"
+    nested.write_text("[" * 200_000 + "]" * 200_000, encoding="utf-8")
+    huge = tmp_path / "huge.ipynb"
+    with open(huge, "wb") as f:
+        f.truncate(limits.NOTEBOOK_BYTES + 1)
+    outside = tmp_path / "submission" / "link.ipynb"
+    outside.parent.mkdir()
+    outside.symlink_to(huge)
+    messages = {}
+    for path in (nested, huge, outside):
+        try:
+            read_code_cells(path)
+        except NotebookError as e:
+            messages[path.name] = str(e)
+    assert "不是合法的 notebook" in messages["nested.ipynb"]
+    assert "超过了 32 MiB 的上限" in messages["huge.ipynb"]
+    assert "提交文件夹以外的链接" in messages["link.ipynb"]
+
+
+def test_parsing_hostile_code_is_a_syntax_message_not_a_crash():
+    code = student_code([Cell("代码单元 #1", "X = " + "-" * 100_000 + "1"), Cell("代码单元 #2", "A = 1\0")])
+    assert "无法解析" in code.syntax_errors["代码单元 #1"]
+    assert code.syntax_errors["代码单元 #2"]

@@ -3,12 +3,12 @@ import pytest
 
 from autograder.assignments import ASSIGNMENTS, EXERCISES
 from autograder.exercise import NOT_IMPLEMENTED, grade
-from autograder.notebook_source import Cell, student_code
+from autograder.notebook_source import Cell
 from tests.student_code import CORRECT_01, MISTAKES_01, notebook_code
 
 
 def _code(source: str):
-    return student_code([Cell("代码单元 #1", source)])
+    return [Cell("代码单元 #1", source)]
 
 
 @pytest.mark.parametrize("exercise", ASSIGNMENTS["01_attention_basics"], ids=lambda e: e.name)

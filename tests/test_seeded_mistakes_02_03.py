@@ -4,7 +4,7 @@ import pytest
 
 from autograder.assignments import ASSIGNMENTS
 from autograder.exercise import NOT_IMPLEMENTED, grade
-from autograder.notebook_source import Cell, student_code
+from autograder.notebook_source import Cell
 from tests import student_code_02, student_code_03
 
 STUDENTS = {"02_multi_head": student_code_02, "03_gqa_kv_cache": student_code_03}
@@ -13,7 +13,7 @@ MISTAKES = [(student, *mistake) for student in STUDENTS.values() for mistake in 
 
 
 def _code(source: str):
-    return student_code([Cell("代码单元 #1", source)])
+    return [Cell("代码单元 #1", source)]
 
 
 def _exercise(name: str):

@@ -4,7 +4,7 @@ import pytest
 from autograder.checks import (apply_output_gate, apply_partial_rope, gate_gradient, qwen35_attention, rope_cos_sin,
                                split_query_gate, zero_centered_rms_norm)
 from autograder.exercise import NOT_IMPLEMENTED, grade
-from autograder.notebook_source import Cell, student_code
+from autograder.notebook_source import Cell
 from tests.student_code_gate_qwen35 import CORRECT, MISTAKES, notebook_code
 
 
@@ -14,7 +14,7 @@ EXERCISES = {m.EXERCISE.name: m.EXERCISE for m in (split_query_gate, apply_outpu
 
 
 def _code(source: str):
-    return student_code([Cell("代码单元 #1", source)])
+    return [Cell("代码单元 #1", source)]
 
 
 @pytest.mark.parametrize("name", CORRECT)

@@ -2,7 +2,8 @@
 import torch
 
 from autograder.checks.inputs import dtype_name, generator, randn
-from autograder.exercise import Case, Exercise, Mistake
+from autograder.calls import Case
+from autograder.exercise import Exercise, Mistake
 from solutions.output_gate import apply_output_gate
 
 # The 书 / 她 toy of the notebook: two heads (pronoun, grammar) with two dims each.

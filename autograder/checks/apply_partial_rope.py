@@ -3,7 +3,8 @@
 import torch
 
 from autograder.checks.inputs import dtype_name, generator, randn, shape
-from autograder.exercise import Case, Exercise, Mistake
+from autograder.calls import Case
+from autograder.exercise import Exercise, Mistake
 from solutions.qwen35_attention import apply_partial_rope, rope_cos_sin
 
 
@@ -33,12 +34,15 @@ def _last_dims(x, cos, sin):
     return torch.cat([passed, apply_partial_rope(rotated, cos, sin)], dim=-1)
 
 
-def _interleaved(x, cos, sin):
-    rotated, passed = _split(x, cos)
-    even, odd = rotated[..., 0::2], rotated[..., 1::2]
-    c, s = cos[..., 0::2].to(x.dtype), sin[..., 0::2].to(x.dtype)
-    pairs = torch.stack([even * c - odd * s, even * s + odd * c], dim=-1).flatten(-2)
-    return torch.cat([pairs, passed], dim=-1)
+def _interleaved(frequencies):
+    """Adjacent dims (2i, 2i + 1) rotated as a pair, pair i taking the angle ``frequencies(table)[..., i]``."""
+    def rotate(x, cos, sin):
+        rotated, passed = _split(x, cos)
+        even, odd = rotated[..., 0::2], rotated[..., 1::2]
+        c, s = frequencies(cos).to(x.dtype), frequencies(sin).to(x.dtype)
+        pairs = torch.stack([even * c - odd * s, even * s + odd * c], dim=-1).flatten(-2)
+        return torch.cat([pairs, passed], dim=-1)
+    return rotate
 
 
 def _backwards(x, cos, sin):
@@ -51,8 +55,12 @@ def _backwards(x, cos, sin):
 MISTAKES = (
     Mistake("转的是最后 rotary_dim 维", "Qwen3.5 旋转的是每个头的前 rotary_dim 维（前 64 维），后面的原样保留。",
             _last_dims),
-    Mistake("按相邻两维一组旋转（交错式），不是 rotate-half", "Qwen3.5 用 rotate-half：前一半和后一半配对，"
-            "rotate_half(x) = cat(−x2, x1)。", _interleaved),
+    # Pair i at frequency i (the first half of the table, as GPT-J and Meta's Llama code lay it out), or
+    # at every other column of the table.
+    *(Mistake("按相邻两维一组旋转（交错式），不是 rotate-half", "Qwen3.5 用 rotate-half：第 i 维和第 i + rotary_dim/2 维"
+              "配对，rotate_half(x) = cat(−x2, x1)。两种排法差的是维度的一个排列，checkpoint 的权重只认其中一种。",
+              _interleaved(columns))
+      for columns in (lambda t: t[..., :t.shape[-1] // 2], lambda t: t[..., 0::2])),
     Mistake("rotate_half 的符号反了", "rotate_half(x) = cat(−x2, x1)，不是 cat(x2, −x1)。", _backwards),
     Mistake("丢掉了不旋转的那些维", "输出要和输入一样是 [..., D]：把旋转过的前 rotary_dim 维和剩下的维拼回去。",
             lambda x, cos, sin: apply_partial_rope(x, cos, sin)[..., :cos.shape[-1]]),

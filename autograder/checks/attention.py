@@ -2,7 +2,8 @@
 import torch
 
 from autograder.checks.inputs import dtype_name, generator, randn, three_tokens
-from autograder.exercise import Case, Exercise, Mistake
+from autograder.calls import Case
+from autograder.exercise import Exercise, Mistake
 from solutions.attention_basics import attention, attention_scores, causal_mask, masked_softmax, padding_mask
 
 

@@ -4,7 +4,8 @@ import math
 import torch
 
 from autograder.checks.inputs import dtype_name, generator, randn, shape, three_tokens
-from autograder.exercise import Case, Exercise, Mistake
+from autograder.calls import Case
+from autograder.exercise import Exercise, Mistake
 from solutions.attention_basics import attention_scores
 
 

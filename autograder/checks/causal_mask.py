@@ -1,7 +1,8 @@
 """Check of ``causal_mask(q_len, k_len=None)``: bool ``[Tq, Tk]``, query i at position ``k_len - q_len + i``."""
 import torch
 
-from autograder.exercise import Case, Exercise, Mistake
+from autograder.calls import Case
+from autograder.exercise import Exercise, Mistake
 from solutions.attention_basics import causal_mask
 
 

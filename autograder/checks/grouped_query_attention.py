@@ -3,59 +3,16 @@
 decoding through a cache in chunks, with padding and three dtypes."""
 import torch
 
+from autograder.calls import Case, call_decoder
 from autograder.checks import modules
 from autograder.checks.inputs import dtype_name, generator, randn, shape
-from autograder.exercise import Case, Exercise, Mistake
+from autograder.exercise import Exercise, Mistake
 from solutions.attention_basics import attention, causal_mask, padding_mask
-from solutions.gqa_kv_cache import GroupedQueryAttention, KVCache, repeat_kv
+# The mistakes below decode with the KVCache found among this module's names (calls._cache_class).
+from solutions.gqa_kv_cache import GroupedQueryAttention, KVCache, repeat_kv  # noqa: F401
 from solutions.multi_head import merge_heads, split_heads
 
 OUTPUT_NAMES = ("输出（各步的 out 沿序列维拼起来）", "解码完之后的 len(cache)", "每次交给 cache.update 的 k 的形状 [B, 头数, T, D]")
-
-
-def _cache_class(cls):
-    """The ``KVCache`` of the code that defined ``cls``: a student's module decodes with the student's own
-    cache (the reference with the reference's). Falls back to the reference when there is none."""
-    return cls.forward.__globals__.get("KVCache", KVCache)
-
-
-def _decode(module, cache, x, attention_mask, steps) -> tuple:
-    """Feed ``x`` through ``module`` in chunks of ``steps`` positions, one ``cache`` for all of them.
-
-    Returns the outputs joined along the sequence, ``len(cache)`` at the end, and the shape of every ``k``
-    the module handed to ``cache.update`` (the cache must hold the KV heads, not the repeated ones).
-    """
-    stored = []
-    update = cache.update
-
-    def recording_update(k, v):
-        stored.append(list(k.shape))
-        return update(k, v)
-
-    cache.update = recording_update
-    outputs, end = [], 0
-    for n in steps:
-        start, end = end, end + n
-        mask = None if attention_mask is None else attention_mask[:, :end]
-        out, returned = modules.pair(module(x[:, start:end], attention_mask=mask, cache=cache), "带 cache 的 forward")
-        if returned is not cache:
-            raise TypeError("带 cache 调用 forward 时应返回 (out, cache)，cache 就是传进来的那个对象（update 就地追加）。")
-        outputs.append(out)
-    return torch.cat(outputs, dim=1), len(cache), torch.tensor(stored, dtype=torch.long)
-
-
-def call_module(cls, case: Case):
-    """Build the class with the case's weights in the case's dtype; run it on the whole of x, or decode x
-    through a cache in the chunks the case gives."""
-    init, weights, x = case.args
-    attention_mask, steps = case.kwargs.get("attention_mask"), case.kwargs.get("steps")
-    with torch.no_grad():
-        module = modules.build(cls, init, weights, case.dtype)
-        if steps is None:
-            kwargs = {} if attention_mask is None else {"attention_mask": attention_mask}
-            out, _ = modules.pair(module(x, **kwargs), "forward")
-            return out
-        return _decode(module, _cache_class(cls)(), x, attention_mask, steps)
 
 
 def _kind(heads, kv_heads):
@@ -159,4 +116,5 @@ MISTAKES = (
 )
 
 EXERCISE = Exercise("GroupedQueryAttention", 5, GroupedQueryAttention, cases, MISTAKES, output_names=OUTPUT_NAMES,
-                    call=call_module)
+                    call=call_decoder,
+                    free=lambda case: modules.padding_query_rows(case.kwargs.get("attention_mask")))

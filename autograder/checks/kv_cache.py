@@ -2,25 +2,15 @@
 ``len()`` is the number of cached positions. Each case makes three updates and records what comes back."""
 import torch
 
-from autograder.checks import modules
+from autograder.calls import Case, call_cache
 from autograder.checks.inputs import dtype_name, generator, randn, three_tokens
-from autograder.exercise import Case, Exercise, Mistake
+from autograder.exercise import Exercise, Mistake
 from solutions.gqa_kv_cache import KVCache
 
 UPDATES = 3
 OUTPUT_NAMES = ("空缓存的 len()",) + tuple(
     name for step in range(1, UPDATES + 1)
     for name in (f"第 {step} 次 update 返回的 k", f"第 {step} 次 update 返回的 v", f"第 {step} 次 update 之后的 len()"))
-
-
-def call_cache(cls, case: Case) -> tuple:
-    """A fresh cache, then ``update`` with each (k, v) of the case: its return values and ``len()`` as it goes."""
-    (steps,) = case.args
-    cache = cls()
-    seen = [len(cache)]
-    for k, v in steps:
-        seen += [*modules.pair(cache.update(k, v), "update"), len(cache)]
-    return tuple(seen)
 
 
 def _steps(gen, batch, kv_heads, dim, lengths, dtype):

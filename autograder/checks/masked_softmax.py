@@ -3,7 +3,8 @@ finite for scores of ±1e4, all zeros (never NaN) on a fully masked row."""
 import torch
 
 from autograder.checks.inputs import dtype_name, generator, randn, shape, three_tokens
-from autograder.exercise import Case, Exercise, Mistake
+from autograder.calls import Case
+from autograder.exercise import Exercise, Mistake
 from solutions.attention_basics import attention_scores, causal_mask, masked_softmax, padding_mask
 
 

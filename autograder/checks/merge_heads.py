@@ -2,7 +2,8 @@
 import torch
 
 from autograder.checks.inputs import dtype_name, generator, randn, shape
-from autograder.exercise import Case, Exercise, Mistake
+from autograder.calls import Case
+from autograder.exercise import Exercise, Mistake
 from solutions.multi_head import merge_heads
 
 

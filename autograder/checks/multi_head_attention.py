@@ -5,20 +5,14 @@ import operator
 
 import torch
 
+from autograder.calls import Case, call_module
 from autograder.checks import modules
 from autograder.checks.inputs import dtype_name, generator, randn, shape
-from autograder.exercise import Case, Exercise, Mistake
+from autograder.exercise import Exercise, Mistake
 from solutions.attention_basics import causal_mask, masked_softmax, padding_mask
 from solutions.multi_head import MultiHeadAttention, merge_heads, split_heads
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
-
-
-def call_module(cls, case: Case):
-    """Build the class with the case's weights, in the case's dtype, and run ``forward`` on x."""
-    init, weights, x = case.args
-    with torch.no_grad():
-        return modules.build(cls, init, weights, case.dtype)(x, **case.kwargs)
 
 
 def _describe(forward: dict) -> str:
@@ -110,4 +104,5 @@ MISTAKES = (
             _variant(scale_width=lambda q: q.shape[1] * q.shape[-1])),
 )
 
-EXERCISE = Exercise("MultiHeadAttention", 4, MultiHeadAttention, cases, MISTAKES, call=call_module)
+EXERCISE = Exercise("MultiHeadAttention", 4, MultiHeadAttention, cases, MISTAKES, call=call_module,
+                    free=lambda case: modules.padding_query_rows(case.kwargs.get("attention_mask")))

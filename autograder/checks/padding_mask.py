@@ -1,7 +1,8 @@
 """Check of ``padding_mask(attention_mask)``: ``[B, Tk]`` of 0/1 → bool ``[B, 1, 1, Tk]``."""
 import torch
 
-from autograder.exercise import Case, Exercise, Mistake
+from autograder.calls import Case
+from autograder.exercise import Exercise, Mistake
 from solutions.attention_basics import padding_mask
 
 

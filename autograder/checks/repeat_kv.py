@@ -3,7 +3,8 @@ h // n_rep."""
 import torch
 
 from autograder.checks.inputs import dtype_name, generator, randn, shape
-from autograder.exercise import Case, Exercise, Mistake
+from autograder.calls import Case
+from autograder.exercise import Exercise, Mistake
 from solutions.gqa_kv_cache import repeat_kv
 
 

@@ -1,7 +1,8 @@
 """Check of ``rope_cos_sin(positions, rotary_dim, theta)``: ``cos, sin`` of shape ``[T, rotary_dim]``."""
 import torch
 
-from autograder.exercise import Case, Exercise, Mistake
+from autograder.calls import Case
+from autograder.exercise import Exercise, Mistake
 from autograder.tolerances import Tolerance
 from solutions.qwen35_attention import rope_cos_sin
 

@@ -3,7 +3,8 @@
 import torch
 
 from autograder.checks.inputs import dtype_name, generator, randn
-from autograder.exercise import Case, Exercise, Mistake
+from autograder.calls import Case
+from autograder.exercise import Exercise, Mistake
 from solutions.output_gate import split_query_gate
 
 

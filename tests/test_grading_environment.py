@@ -1,0 +1,66 @@
+"""Machines that are not this one: a host memory limit, a kernel without some walls, a platform without
+fork. Grading still works, and what goes wrong is said to be the grader's problem, not the student's."""
+import os
+import resource
+import subprocess
+import sys
+
+import pytest
+
+from autograder.assignments import REPO
+from autograder.sandbox.walls import PURPOSE
+from tests.notebooks import filled, source_solutions, write_submission
+
+
+@pytest.fixture(scope="module")
+def solved(tmp_path_factory):
+    return write_submission(tmp_path_factory.mktemp("solved"), filled(source_solutions())).parent
+
+
+def run_grader(submission, memory_limit=None, walls_off=""):
+    def limit():
+        if memory_limit:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+
+    env = {**os.environ, "ATTENTION_COURSE_SANDBOX_OFF": walls_off}
+    return subprocess.run([sys.executable, "-m", "pytest", "autograder/", "-p", "no:cacheprovider",
+                           "--submission", submission], cwd=REPO, capture_output=True, text=True,
+                          preexec_fn=limit, env=env)
+
+
+def test_a_host_memory_limit_of_3_gib_grades_a_correct_notebook_in_full(solved):
+    done = run_grader(solved, memory_limit=3 * 2**30)
+    assert done.returncode == 0, done.stdout
+    assert "总分 Total: 12/12" in done.stdout
+
+
+def test_a_host_memory_limit_too_small_for_torch_is_the_graders_problem(solved):
+    done = run_grader(solved, memory_limit=int(0.95 * 2**30))
+    assert done.returncode == 1
+    table = done.stdout.split("评分 Score")[1]
+    assert table.count("⚠") == 5 and table.count("评分环境出了问题，不是你的代码的问题") == 5, done.stdout
+    assert "RLIMIT_AS" in done.stdout and "ulimit -v" in done.stdout
+    assert "exit()" not in done.stdout
+
+
+def test_missing_walls_are_named_once_and_grading_still_works(solved):
+    done = run_grader(solved, walls_off="landlock,seccomp")
+    assert done.returncode == 0, done.stdout
+    assert "总分 Total: 12/12" in done.stdout
+    assert done.stdout.count("sandbox walls missing") == 1
+    for wall in ("landlock", "seccomp"):
+        assert done.stdout.count(PURPOSE[wall]) == 1
+    assert PURPOSE["namespaces"] not in done.stdout
+
+
+def test_without_fork_each_job_gets_a_fresh_process(solved):
+    """As on Windows: no walls at all, said so, and the grades are the same."""
+    done = run_grader(solved, walls_off="fork")
+    assert done.returncode == 0, done.stdout
+    assert "总分 Total: 12/12" in done.stdout
+    assert all(PURPOSE[wall] in done.stdout for wall in PURPOSE)
+
+
+def test_a_complete_machine_prints_no_notice(solved):
+    done = run_grader(solved)
+    assert done.returncode == 0 and "sandbox walls missing" not in done.stdout, done.stdout

@@ -1,0 +1,331 @@
+"""Hostile student code against the walls of COURSE_SPEC §4a, one attack per wall.
+
+Each attack would earn the points, or harm the grader, if its wall were down: it looks for the answer and
+uses it, or it reaches for something outside its sandbox. Every test asserts both that the attack failed
+and that grading went on. Attacks replace ``attention_scores`` of an otherwise correct 01 notebook.
+"""
+import os
+import socket
+
+import pytest
+
+from autograder.assignments import ASSIGNMENTS, EXERCISES, REPO
+from autograder.exercise import grade
+from autograder.notebook_source import Cell
+from autograder.sandbox.client import Sandbox
+from tests.student_code import notebook_code
+
+SCORES = EXERCISES["attention_scores"]
+FIRST = ASSIGNMENTS["01_attention_basics"]
+
+
+def cells_with(attack: str) -> list[Cell]:
+    return [Cell("代码单元 #1", notebook_code({"attention_scores": attack}))]
+
+
+def graded(attack: str, sandbox=None, timeout_s: float = 10):
+    return grade(SCORES, cells_with(attack), sandbox=sandbox, timeout_s=timeout_s)
+
+
+@pytest.fixture(scope="module")
+def sandbox_without(request):
+    """Sandboxes with one wall turned off, to show that the next wall holds on its own."""
+    started = {}
+
+    def make(*walls: str) -> Sandbox:
+        key = ",".join(walls)
+        if key not in started:
+            os.environ["ATTENTION_COURSE_SANDBOX_OFF"] = key
+            try:
+                started[key] = Sandbox()
+                started[key].hello()
+            finally:
+                del os.environ["ATTENTION_COURSE_SANDBOX_OFF"]
+        return started[key]
+
+    yield make
+    for sandbox in started.values():
+        sandbox.stop()
+
+
+# --- reaching the answers -----------------------------------------------------------------------------
+
+ANSWER_HUNTS = {
+    "import the reference": ('''
+def attention_scores(q, k):
+    from solutions.attention_basics import attention_scores as reference
+    return reference(q, k)
+''', "评分时不能导入 `solutions`"),
+    "import a check and call its reference": ('''
+def attention_scores(q, k):
+    from autograder.checks.attention_scores import EXERCISE
+    return EXERCISE.reference(q, k)
+''', "评分时不能导入 `autograder`"),
+    "an ALL_CAPS constant that imports the reference": ('''
+REFERENCE = __import__("solutions.attention_basics", fromlist=["attention_scores"]).attention_scores
+def attention_scores(q, k):
+    return REFERENCE(q, k)
+''', "执行 notebook 里的定义时出错"),
+    "read the reference from disk": (f'''
+def attention_scores(q, k):
+    space = {{}}
+    exec(open({str(REPO / "solutions" / "attention_basics.py")!r}).read(), space)
+    return space["attention_scores"](q, k)
+''', "PermissionError"),
+    "read a check from disk": (f'''
+def attention_scores(q, k):
+    return open({str(REPO / "autograder" / "checks" / "attention_scores.py")!r}).read()
+''', "PermissionError"),
+    "read the instructor's notebook": (f'''
+def attention_scores(q, k):
+    return open({str(REPO / "source" / "01_attention_basics" / "01_attention_basics.py")!r}).read()
+''', "PermissionError"),
+    "the reference on the call stack": ('''
+import sys
+def attention_scores(q, k):
+    frame = sys._getframe()
+    while frame is not None:
+        for value in list(frame.f_locals.values()) + list(frame.f_globals.values()):
+            if getattr(value, "__module__", "").startswith(("solutions", "autograder.checks")):
+                return value(q, k) if callable(value) else value.reference(q, k)
+        frame = frame.f_back
+    raise LookupError("no reference on the stack")
+''', "LookupError"),
+    "the reference through the garbage collector": ('''
+import gc
+def attention_scores(q, k):
+    for thing in gc.get_objects():
+        if callable(thing) and getattr(thing, "__module__", "") == "solutions.attention_basics":
+            return thing(q, k)
+    raise LookupError("no reference in memory")
+''', "LookupError"),
+}
+
+
+@pytest.mark.parametrize("attack", ANSWER_HUNTS)
+def test_student_code_cannot_reach_an_answer(attack):
+    source, named = ANSWER_HUNTS[attack]
+    verdict = graded(source)
+    assert not verdict.passed
+    assert named in verdict.message, verdict.message
+
+
+# --- touching the grader --------------------------------------------------------------------------------
+
+def test_student_code_cannot_write_into_the_course(tmp_path):
+    targets = [REPO / "autograder" / "checks" / "attention_scores.py", REPO / "solutions" / "__pycache__" / "x.pyc",
+               REPO / "planted.py"]
+    attack = f'''
+def attention_scores(q, k):
+    for path in {[str(t) for t in targets]!r}:
+        try:
+            open(path, "a").write("# changed")
+        except OSError:
+            continue
+        return "written"
+    raise PermissionError("nothing writable")
+'''
+    before = {t: t.read_bytes() if t.exists() else None for t in targets}
+    verdict = graded(attack)
+    assert "PermissionError" in verdict.message, verdict.message
+    assert {t: t.read_bytes() if t.exists() else None for t in targets} == before
+
+
+def test_student_code_cannot_write_into_the_graders_memory():
+    attack = f'''
+def attention_scores(q, k):
+    for pid in ({os.getpid()}, 1, "self/../{os.getpid()}"):
+        try:
+            with open(f"/proc/{{pid}}/mem", "r+b") as memory:
+                memory.write(b"x")
+        except OSError as e:
+            error = e
+    raise error
+'''
+    verdict = graded(attack)
+    assert not verdict.passed and "PermissionError" in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize("walls_off", [(), ("namespaces",), ("landlock",)], ids=["all walls", "no namespaces",
+                                                                                 "no landlock"])
+def test_student_code_cannot_kill_or_stop_the_grader(walls_off, sandbox_without):
+    sandbox = sandbox_without(*walls_off) if walls_off else None
+    attack = f'''
+import os, signal
+def attention_scores(q, k):
+    for pid in ({os.getpid()}, -1, 1, os.getppid()):  # everyone but itself
+        for sig in (signal.SIGSTOP, signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+    return q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+'''
+    verdict = graded(attack, sandbox)
+    assert verdict.passed, verdict.message  # it only hurt itself, and its answer is right
+    rest = [grade(e, cells_with(attack), sandbox=sandbox) for e in FIRST[1:4]]
+    assert all(v.passed for v in rest), [v.message for v in rest]
+
+
+# --- processes that outlive the run -------------------------------------------------------------------
+
+def _processes_named(name: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/comm") as comm:
+                if comm.read().strip() == name:
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+LEFTOVER = '''
+import ctypes, os, time
+def attention_scores(q, k):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            ctypes.CDLL(None).prctl(15, b"{name}", 0, 0, 0)  # PR_SET_NAME, so the test can look for it
+            time.sleep(60)
+        os._exit(0)
+    return q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+'''
+
+
+def test_student_code_cannot_start_a_process():
+    verdict = graded(LEFTOVER.format(name="attn-leftover-0"))
+    assert not verdict.passed and "PermissionError" in verdict.message, verdict.message
+    assert not _processes_named("attn-leftover-0")
+
+
+def test_a_process_that_escapes_with_setsid_is_killed_with_its_run(sandbox_without):
+    sandbox = sandbox_without("seccomp")  # let the fork through: the PID namespace must still end it
+    verdict = graded(LEFTOVER.format(name="attn-leftover-1"), sandbox)
+    assert verdict.passed, verdict.message
+    assert not _processes_named("attn-leftover-1")
+
+
+# --- the network --------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def listening():
+    """A TCP server on localhost; the kernel completes any connection to it, accepted or not."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield server
+
+
+def _was_connected(server) -> bool:
+    server.settimeout(0.2)
+    try:
+        server.accept()[0].close()
+        return True
+    except TimeoutError:
+        return False
+
+
+@pytest.mark.parametrize("walls_off", [(), ("namespaces",), ("landlock",)], ids=["all walls", "no namespaces",
+                                                                                 "no landlock"])
+def test_student_code_has_no_network(walls_off, sandbox_without, listening):
+    port = listening.getsockname()[1]
+    sandbox = sandbox_without(*walls_off) if walls_off else None
+    attack = f'''
+import socket
+def attention_scores(q, k):
+    socket.create_connection(("127.0.0.1", {port}), timeout=2).sendall(b"answers please")
+    return q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+'''
+    verdict = graded(attack, sandbox)
+    assert not verdict.passed, verdict.message
+    assert not _was_connected(listening)
+
+
+# --- caps ---------------------------------------------------------------------------------------------------
+
+CAPPED = {
+    "memory": ("import torch\ndef attention_scores(q, k):\n    return torch.ones(2**33)\n", "内存不够"),
+    "files on the private tmpfs count": ('''
+import os
+def attention_scores(q, k):
+    for i in range(100):
+        with open(f"/tmp/fill-{i}", "wb") as f:
+            f.write(os.urandom(8 * 2**20))
+''', "No space left"),
+    "shared memory": ('''
+def attention_scores(q, k):
+    open("/dev/shm/fill", "wb").write(b"x" * 2**20)
+''', "/dev/shm/fill"),
+    "memory files": ("import os\ndef attention_scores(q, k):\n    return os.memfd_create('x')\n", "PermissionError"),
+    "file size": ('''
+def attention_scores(q, k):
+    open("/tmp/big", "wb").write(b"x" * 32 * 2**20)
+''', "File too large"),
+    "open files": ('''
+def attention_scores(q, k):
+    return [open("/tmp/f%d" % i, "w") for i in range(1000)]
+''', "Too many open files"),
+    "output": ("import torch\ndef attention_scores(q, k):\n    return torch.ones(40_000_000)\n", "交回的结果太大"),
+    "CPU time": ("def attention_scores(q, k):\n    while True:\n        pass\n", "运行超过 3 秒"),
+    "exit": ("import sys\ndef attention_scores(q, k):\n    sys.exit(0)\n", "sys.exit"),
+    "os._exit": ("import os\ndef attention_scores(q, k):\n    os._exit(0)\n", "提前退出"),
+}
+
+
+@pytest.mark.parametrize("attack", CAPPED)
+def test_each_run_is_capped(attack):
+    source, named = CAPPED[attack]
+    verdict = graded(source, timeout_s=3)
+    assert not verdict.passed
+    assert named in verdict.message, verdict.message
+
+
+def test_forged_results_fail_the_exercise():
+    forge = '''
+import os, torch, io
+def attention_scores(q, k):
+    buffer = io.BytesIO()
+    torch.save({"defined": {"attention_scores": "代码单元 #1"}, "syntax_errors": {}, "outcomes": [["ok", "full marks", []]] * 99}, buffer)
+    for fd in range(3, 64):
+        try:
+            os.write(fd, len(buffer.getvalue()).to_bytes(8, "big") + buffer.getvalue())
+        except OSError:
+            pass
+    os._exit(0)
+'''
+    verdict = graded(forge)
+    assert not verdict.passed
+    assert "格式不对" in verdict.message or "类型不对" in verdict.message, verdict.message
+
+
+def test_an_honest_notebook_after_the_attacks_gets_full_marks():
+    """The attacks above ran in this process's shared sandbox: none of them changed how it grades."""
+    verdicts = [grade(e, [Cell("代码单元 #1", notebook_code())]) for e in FIRST]
+    assert all(v.passed for v in verdicts), [v.message for v in verdicts]
+
+
+def test_the_fork_server_holds_no_answer():
+    """What a run finds in memory: the code that calls it, never a reference, a check or a known mistake."""
+    import io
+
+    import torch
+
+    from autograder.calls import Case
+
+    spy = '''
+import gc, types
+def look(x):
+    return [m.__name__ for m in gc.get_objects() if isinstance(m, types.ModuleType)
+            and m.__name__.startswith(("autograder", "solutions"))]
+'''
+    sandbox = Sandbox()
+    try:
+        answer = sandbox.run({"exercise": "look", "call": "call_function", "cells": [("代码单元 #1", spy)],
+                              "cases": [Case("spy", (0,))]}, timeout_s=10)
+    finally:
+        sandbox.stop()
+    report = torch.load(io.BytesIO(answer.data), weights_only=True)
+    modules = set(report["outcomes"][0][1])
+    assert {"autograder.calls", "autograder.sandbox.harness"} <= modules  # the spy does see modules
+    assert not {m for m in modules if m.startswith(("solutions", "autograder.checks", "autograder.exercise",
+                                                    "autograder.assignments"))}, modules
