@@ -2,6 +2,7 @@
 fork. Grading still works, and what goes wrong is said to be the grader's problem, not the student's."""
 import os
 import resource
+import shutil
 import subprocess
 import sys
 
@@ -17,13 +18,15 @@ def solved(tmp_path_factory):
     return write_submission(tmp_path_factory.mktemp("solved"), filled(source_solutions())).parent
 
 
-def run_grader(submission, memory_limit=None, walls_off=""):
+def run_grader(submission, memory_limit=None, walls_off="", as_user=None):
     def limit():
         if memory_limit:
             resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
 
     env = {**os.environ, "ATTENTION_COURSE_SANDBOX_OFF": walls_off}
-    return subprocess.run([sys.executable, "-m", "pytest", "autograder/", "-p", "no:cacheprovider",
+    # As another user: a user namespace whose uid ``as_user`` is this user outside, so the files stay readable.
+    user = ["unshare", "--user", f"--map-user={as_user}", f"--map-group={as_user}"] if as_user else []
+    return subprocess.run([*user, sys.executable, "-m", "pytest", "autograder/", "-p", "no:cacheprovider",
                            "--submission", submission], cwd=REPO, capture_output=True, text=True,
                           preexec_fn=limit, env=env)
 
@@ -64,3 +67,20 @@ def test_without_fork_each_job_gets_a_fresh_process(solved):
 def test_a_complete_machine_prints_no_notice(solved):
     done = run_grader(solved)
     assert done.returncode == 0 and "sandbox walls missing" not in done.stdout, done.stdout
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="needs util-linux unshare")
+def test_a_grader_without_root_puts_up_every_wall(tmp_path):
+    """The path most students and instructors take: no root, walls through a user namespace."""
+    attack = f"""
+import os
+def attention_scores(q, k):
+    space = {{}}
+    exec(open({str(REPO / "solutions" / "attention_basics.py")!r}).read(), space)
+    os.fork()
+    return space["attention_scores"](q, k)
+"""
+    submission = write_submission(tmp_path, filled({**source_solutions(), "attention_scores": attack})).parent
+    done = run_grader(submission, as_user=1000)
+    assert "sandbox walls missing" not in done.stdout, done.stdout
+    assert "总分 Total: 7/12" in done.stdout and "PermissionError" in done.stdout, done.stdout

@@ -20,14 +20,14 @@ import sys
 import time
 
 from autograder import limits
-from autograder.sandbox import harness, protocol
+from autograder.sandbox import protocol
 from autograder.sandbox.walls import GraderProblem, Walls
 
 _READY = b"W"  # written by the child once its walls are up: anything that fails before it is the grader's
 _SETUP_FAILED = b"S"
 
 
-def _child(walls: Walls, job: dict, write_fd: int) -> None:
+def _child(walls: Walls, harness, job: dict, write_fd: int) -> None:
     try:
         walls.enter_child(write_fd, job["timeout"])
     except BaseException as e:  # noqa: BLE001 - any failure here is the grader's, reported as such
@@ -85,14 +85,14 @@ def _wait_briefly(pid: int, seconds: float) -> tuple[int, int]:
         time.sleep(0.002)
 
 
-def run_job(walls: Walls, job: dict) -> tuple[dict, bytes]:
+def run_job(walls: Walls, harness, job: dict) -> tuple[dict, bytes]:
     """Fork a walled child for ``job`` and return the answer for the grader."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
         try:
-            _child(walls, job, write_fd)
+            _child(walls, harness, job, write_fd)
         finally:
             os._exit(0)
     os.close(write_fd)
@@ -118,18 +118,18 @@ def run_job(walls: Walls, job: dict) -> tuple[dict, bytes]:
     return {"kind": "report"}, data[9:9 + int.from_bytes(data[1:9], "big")]
 
 
-def _serve(walls: Walls, requests: int, answers: int) -> None:
+def _serve(walls: Walls, harness, requests: int, answers: int) -> None:
     while True:
         try:
             header, payload = protocol.read_message(requests, max_payload=1 << 34)
         except EOFError:
             return
         job = pickle.loads(payload)  # from the grader, which started this process
-        answer, data = run_job(walls, job)
+        answer, data = run_job(walls, harness, job)
         protocol.write_message(answers, {**answer, "job": header.get("job")}, data)
 
 
-def _serve_one_inline(requests: int, answers: int) -> None:
+def _serve_one_inline(harness, requests: int, answers: int) -> None:
     """Without fork, one job runs in this very process, which then exits: the grader starts a fresh one."""
     try:
         header, payload = protocol.read_message(requests, max_payload=1 << 34)
@@ -153,20 +153,28 @@ def _warm_up(torch) -> None:
         torch.rsqrt(a.float().pow(2).mean(-1)).to(dtype).sigmoid()
 
 
+def _start_harness():
+    """Import torch and the harness (never before the namespaces: a user namespace needs a single thread)."""
+    import torch
+
+    from autograder.sandbox import harness
+
+    torch.set_num_threads(1)
+    _warm_up(torch)
+    return harness
+
+
 def main() -> None:
     if "" in sys.path:
         sys.path.remove("")  # started from an empty folder; never let a later import look there
     requests, answers = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints must not corrupt the answers
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the grader's to handle
-    import torch
-
-    torch.set_num_threads(1)
-    _warm_up(torch)
     walls = Walls()
     if not walls.can_fork():
+        harness = _start_harness()
         protocol.write_message(answers, {"hello": True, "up": walls.up, "missing": walls.missing})
-        _serve_one_inline(requests, answers)
+        _serve_one_inline(harness, requests, answers)
         return
     if sys.platform.startswith("linux"):
         from autograder.sandbox import privileges
@@ -178,13 +186,14 @@ def main() -> None:
                 _, status = os.waitpid(server, 0)
                 os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
             privileges.set_parent_death_signal(signal.SIGKILL)
+    harness = _start_harness()
     try:
         walls.prepare()
     except (OSError, GraderProblem) as e:
         protocol.write_message(answers, {"hello": False, "message": f"{type(e).__name__}: {e}"})
         return
     protocol.write_message(answers, {"hello": True, "up": walls.up, "missing": walls.missing})
-    _serve(walls, requests, answers)
+    _serve(walls, harness, requests, answers)
 
 
 if __name__ == "__main__":
