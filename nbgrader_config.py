@@ -15,6 +15,8 @@ c.CourseDirectory.autograded_directory = "autograded"
 c.CourseDirectory.feedback_directory = "feedback"
 
 c.ClearSolutions.code_stub = {"python": "# 在这里写你的代码\nraise NotImplementedError()"}
+# What students see in place of a thinking question's answer (``answer:`` cells, see autograder/release.py).
+c.ClearSolutions.text_stub = "（在这里写下你的想法。参考答案在老师那里，不计分。）"
 
 # No kernel runs a submission: EngineVerdicts takes the place of nbgrader's Execute and writes the course
 # engine's verdicts (the same as `pytest autograder/`) into the grade cells, from which SaveAutoGrades scores.

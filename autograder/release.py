@@ -1,7 +1,7 @@
 """``course-release``: build the source notebooks from their jupytext twins and let nbgrader generate
 ``release/`` from them; ``course-release --check`` says whether the committed ``release/`` is current.
 
-In ``source/<assignment>/`` the ``.py`` file (jupytext percent format) is what instructors edit. Three tags
+In ``source/<assignment>/`` the ``.py`` file (jupytext percent format) is what instructors edit. Four tags
 mark the special cells; points come from the grader registry so they are written in one place:
 
 - ``solution:<exercise>``: the student's cell; ``### BEGIN SOLUTION`` … ``### END SOLUTION`` is removed.
@@ -9,6 +9,9 @@ mark the special cells; points come from the grader registry so they are written
 - ``provided:<exercise>`` (one tag per exercise): a read-only cell that the build fills with the
   solutions of exercises of earlier assignments, so a later notebook builds on them without shipping
   them any earlier than their own assignment's release.
+- ``answer:<question>``: a markdown cell holding a thinking question's answer between ``### BEGIN SOLUTION``
+  and ``### END SOLUTION``; students get a box to write their own answer in. It carries no points (nbgrader
+  lists it for optional reading in the formgrader), so no grade depends on it.
 """
 import argparse
 import filecmp
@@ -82,6 +85,14 @@ def _nbgrader_metadata(kind: str, exercise: str) -> dict:
     }
 
 
+def _answer_metadata(cell, question: str, where: str) -> dict:
+    if cell.cell_type != "markdown" or not all(marker in cell.source for marker in _SOLUTION_MARKERS):
+        raise ReleaseError(f"{where}: answer:{question} must be a markdown cell with the answer between "
+                           f"{' and '.join(_SOLUTION_MARKERS)}")
+    return {"grade": True, "grade_id": f"answer_{question}", "locked": False, "points": 0,
+            "schema_version": SCHEMA_VERSION, "solution": True, "task": False}
+
+
 def build_source_notebook(py_file: Path, assignment: str) -> nbformat.NotebookNode:
     """The nbgrader source notebook of ``py_file``: nbgrader metadata from the tags, stable cell ids."""
     nb = jupytext.read(py_file)
@@ -96,6 +107,9 @@ def build_source_notebook(py_file: Path, assignment: str) -> nbformat.NotebookNo
         for tag in tags:
             kind, _, exercise = tag.partition(":")
             if kind == "provided":
+                continue
+            if kind == "answer" and exercise:
+                cell.metadata["nbgrader"] = _answer_metadata(cell, exercise, f"{py_file.name}, cell {index}")
                 continue
             if kind not in seen or not exercise:
                 raise ReleaseError(f"{py_file.name}, cell {index}: unknown tag {tag!r}")

@@ -22,7 +22,7 @@ def test_release_hides_solutions_and_hidden_tests(assignment):
         assert leak not in text
     nb = json.loads(text)
     assert all(not c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code")
-    stubs = [c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("solution")]
+    stubs = [c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("solution") and c["cell_type"] == "code"]
     assert len(stubs) == len(ASSIGNMENTS[assignment])
     assert all("raise NotImplementedError()" in "".join(c["source"]) for c in stubs)
 
@@ -32,7 +32,9 @@ def test_points_come_from_the_graders(assignment):
     nb = build_source_notebook(source_path(assignment), assignment)
     points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
               for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    answers = {grade_id: points.pop(grade_id) for grade_id in list(points) if grade_id.startswith("answer_")}
     assert points == {f"tests_{e.name}": e.points for e in ASSIGNMENTS[assignment]}
+    assert set(answers.values()) <= {0}  # thinking questions carry no points
 
 
 def test_a_tag_for_an_unknown_exercise_is_refused(tmp_path):
@@ -40,6 +42,26 @@ def test_a_tag_for_an_unknown_exercise_is_refused(tmp_path):
     broken.write_text(source_path(ASSIGNMENT).read_text(encoding="utf-8").replace("solution:causal_mask", "solution:causal_msk"),
                       encoding="utf-8")
     with pytest.raises(ReleaseError, match="causal_msk"):
+        build_source_notebook(broken, ASSIGNMENT)
+
+
+def test_thinking_question_answers_stay_with_the_instructor():
+    for assignment in ASSIGNMENTS:
+        source = build_source_notebook(source_path(assignment), assignment)
+        answers = [c for c in source.cells if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith("answer_")]
+        released = {c["id"]: c for c in json.loads(released_path(assignment).read_text(encoding="utf-8"))["cells"]}
+        for cell in answers:
+            answer = cell.source.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0].strip()
+            assert answer and answer not in "".join(released[cell.id]["source"])
+            assert "在这里写下你的想法" in "".join(released[cell.id]["source"])
+
+
+def test_an_answer_cell_needs_its_markers(tmp_path):
+    broken = tmp_path / f"{ASSIGNMENT}.py"
+    text = source_path(ASSIGNMENT).read_text(encoding="utf-8")
+    broken.write_text(text.replace("# %% [markdown]\n# ## 1.", '# %% [markdown] tags=["answer:q1"]\n# ## 1.', 1),
+                      encoding="utf-8")
+    with pytest.raises(ReleaseError, match="answer:q1 must be a markdown cell"):
         build_source_notebook(broken, ASSIGNMENT)
 
 
