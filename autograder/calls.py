@@ -85,52 +85,69 @@ def call_module(cls, case: Case):
         return build(cls, init, weights, case.dtype)(x, **case.kwargs)
 
 
-def _cache_class(cls):
-    """The ``KVCache`` defined next to ``cls``: the student's module decodes with the student's own cache,
-    the reference with the reference's."""
-    cache = cls.forward.__globals__.get("KVCache")
+def _cache_class(cls, name: str):
+    """The cache class ``name`` defined next to ``cls``: the student's module decodes with the student's own
+    cache, the reference with the reference's."""
+    cache = cls.forward.__globals__.get(name)
     if cache is None:
-        raise NameError("找不到 KVCache：GroupedQueryAttention 解码时要用你自己写的 KVCache 类。")
+        raise NameError(f"找不到 {name}：{cls.__name__} 解码时要用你自己写的 {name} 类。")
     return cache
 
 
-def _decode(module, cache, x, attention_mask, steps) -> tuple:
-    """Feed ``x`` through ``module`` in chunks of ``steps`` positions, one ``cache`` for all of them.
+def _decode(step, cache, x, attention_mask, steps) -> tuple:
+    """Feed ``x`` through ``step(x, attention_mask=..., cache=...)`` in chunks of ``steps`` positions, one
+    ``cache`` for all of them.
 
-    Returns the outputs joined along the sequence, ``len(cache)`` at the end, and the shape of every ``k``
-    the module handed to ``cache.update`` (the cache must hold the KV heads, not the repeated ones).
+    Returns the outputs joined along the sequence, ``len(cache)`` at the end, and the shapes of what the
+    module handed to ``cache.update`` each time (what the cache holds: KV heads, or latents).
     """
     stored = []
     update = cache.update
 
-    def recording_update(k, v):
-        stored.append(list(k.shape))
-        return update(k, v)
+    def recording_update(*parts):
+        stored.append([size for part in parts for size in part.shape])
+        return update(*parts)
 
     cache.update = recording_update
     outputs, end = [], 0
     for n in steps:
         start, end = end, end + n
         mask = None if attention_mask is None else attention_mask[:, :end]
-        out, returned = pair(module(x[:, start:end], attention_mask=mask, cache=cache), "带 cache 的 forward")
+        out, returned = pair(step(x[:, start:end], attention_mask=mask, cache=cache), "带 cache 的 forward")
         if returned is not cache:
             raise TypeError("带 cache 调用 forward 时应返回 (out, cache)，cache 就是传进来的那个对象（update 就地追加）。")
         outputs.append(out)
     return torch.cat(outputs, dim=1), len(cache), torch.tensor(stored, dtype=torch.long)
 
 
-def call_decoder(cls, case: Case):
-    """A module with ``forward(x, attention_mask=None, cache=None) → (out, cache)``: run it on the whole of x,
+def _run_decoder(cls, case: Case, cache_name: str, method: str):
+    """A module with ``method(x, attention_mask=None, cache=None) → (out, cache)``: run it on the whole of x,
     or decode x through one cache in the chunks ``case.kwargs["steps"]`` gives."""
     init, weights, x = case.args
     attention_mask, steps = case.kwargs.get("attention_mask"), case.kwargs.get("steps")
     with torch.no_grad():
         module = build(cls, init, weights, case.dtype)
+        step = getattr(module, method)
         if steps is None:
             kwargs = {} if attention_mask is None else {"attention_mask": attention_mask}
-            out, _ = pair(module(x, **kwargs), "forward")
+            out, _ = pair(step(x, **kwargs), method)
             return out
-        return _decode(module, _cache_class(cls)(), x, attention_mask, steps)
+        return _decode(step, _cache_class(cls, cache_name)(), x, attention_mask, steps)
+
+
+def call_decoder(cls, case: Case):
+    """GQA's ``forward``, decoding through the ``KVCache`` next to it."""
+    return _run_decoder(cls, case, "KVCache", "forward")
+
+
+def call_latent_decoder(cls, case: Case):
+    """MLA's ``forward``, decoding through the ``LatentKVCache`` next to it."""
+    return _run_decoder(cls, case, "LatentKVCache", "forward")
+
+
+def call_absorbed_decoder(cls, case: Case):
+    """MLA's ``forward_absorbed``, decoding through the ``LatentKVCache`` next to it."""
+    return _run_decoder(cls, case, "LatentKVCache", "forward_absorbed")
 
 
 def call_cache(cls, case: Case) -> tuple:
@@ -153,12 +170,63 @@ def call_norm(cls, case: Case):
         return norm(x)
 
 
+# What ``call_layer`` records on the way through a layer, in order, for locating the first step that differs.
+LAYER_STAGES = ("split", "norm", "rope", "attention", "gate")
+
+
 def call_layer(cls, case: Case):
-    """Build a layer from its config, load the weights in the case's dtype, run ``forward(x, cos, sin, mask)``."""
+    """Build a layer from its config, load the weights in the case's dtype, run ``forward(x, cos, sin, mask)``.
+
+    Returns ``(out, stages)``: ``stages`` holds what passed through the layer's steps (the input and output of
+    ``q_norm`` and ``k_norm``, what ``apply_partial_rope`` and ``attention`` returned, the input of ``o_proj``),
+    as far as the layer uses those parts. Only ``out`` is graded; the stages say where a wrong ``out`` starts.
+    """
     cfg, weights, x, cos, sin, attention_mask = case.args
     layer = build(cls, (cfg,), weights, x.dtype)
-    with torch.no_grad():
-        return layer(x, cos, sin, attention_mask=attention_mask)
+    stages = {name: [] for name in LAYER_STAGES}
+    hooks = _hook_stages(layer, stages)
+    space = cls.forward.__globals__
+    originals = {name: space.get(name) for name in ("apply_partial_rope", "attention")}
+    for name, stage, pick in (("apply_partial_rope", "rope", lambda r: r), ("attention", "attention", lambda r: r[0])):
+        if callable(originals[name]):
+            space[name] = _recording(originals[name], stages[stage], pick)
+    try:
+        with torch.no_grad():
+            out = layer(x, cos, sin, attention_mask=attention_mask)
+    finally:
+        space.update(originals)
+        for hook in hooks:
+            hook.remove()
+    return out, {name: tuple(tensors) for name, tensors in stages.items()}
 
 
-PROTOCOLS = {fn.__name__: fn for fn in (call_function, call_module, call_decoder, call_cache, call_norm, call_layer)}
+def _hook_stages(layer, stages: dict) -> list:
+    """Hooks that record q_norm's input (the split query), both norms' outputs and o_proj's input."""
+    q_norm, k_norm, o_proj = (getattr(layer, name, None) for name in ("q_norm", "k_norm", "o_proj"))
+    hooks = []
+    if isinstance(q_norm, nn.Module):
+        hooks.append(q_norm.register_forward_pre_hook(lambda module, inputs: stages["split"].append(inputs[0])))
+    for norm in (q_norm, k_norm):
+        if isinstance(norm, nn.Module):
+            hooks.append(norm.register_forward_hook(lambda module, inputs, out: stages["norm"].append(out)))
+    if isinstance(o_proj, nn.Module):
+        hooks.append(o_proj.register_forward_pre_hook(lambda module, inputs: stages["gate"].append(inputs[0])))
+    return hooks
+
+
+def _recording(fn, into: list, pick):
+    """``fn``, also appending ``pick(its result)`` to ``into`` when that is a tensor."""
+    def recorded(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        try:
+            picked = pick(result)
+        except (TypeError, IndexError, KeyError):
+            picked = None
+        if isinstance(picked, torch.Tensor):
+            into.append(picked)
+        return result
+    return recorded
+
+
+PROTOCOLS = {fn.__name__: fn for fn in (call_function, call_module, call_decoder, call_latent_decoder,
+                                         call_absorbed_decoder, call_cache, call_norm, call_layer)}

@@ -28,13 +28,15 @@ _MUTATED = ("原地修改了输入", "带下划线的操作（masked_fill_、add
 
 @dataclass(frozen=True)
 class Mistake:
-    """A known mistake: a wrong implementation with the reference's signature (``fn``), or, where the
-    wrong outputs vary too much to reproduce, a test of the student's output (``matches(case, got)``)."""
+    """A known mistake: a wrong implementation with the reference's signature (``fn``); where the wrong
+    outputs vary too much to reproduce, a test of the student's output (``matches(case, got)``); or, for a
+    mistake that shows as an error rather than an output, a fragment of the error message (``error``)."""
 
     name: str
     hint: str
     fn: Callable | None = None
     matches: Callable[[Case, Any], bool] | None = None
+    error: str | None = None
     # Run ``fn`` on the case's own dtype rather than on float64: for mistakes that are about precision.
     native_dtype: bool = False
 
@@ -56,11 +58,24 @@ class Exercise:
     verify: Callable[[Case, Any], "str | None"] | None = None
     # Positions of the output that no implementation defines (padding queries): any finite value is right.
     free: Callable[[Case], Any] | None = None
+    # The notebook's name that holds the code, when it is not the exercise's (a method of a class).
+    defines: str = ""
+    # For a call protocol that returns ``(output, stages)``: the stages in order, ``(key, label)``. Only the
+    # output is graded; the first stage that differs from the reference's is named in the message.
+    stages: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         if PROTOCOLS.get(self.call.__name__) is not self.call:
             raise ValueError(f"{self.name}: call must be one of autograder.calls.PROTOCOLS, which the sandbox knows "
                              f"by name; got {self.call!r}")
+
+    def graded(self, value):
+        """The part of a call's result that is graded (the output, without the stages)."""
+        return value[0] if self.stages and isinstance(value, (tuple, list)) and len(value) == 2 else value
+
+    @property
+    def definition(self) -> str:
+        return self.defines or self.name
 
     def tolerance(self, dtype: torch.dtype) -> tolerances.Tolerance:
         return tolerances.for_dtype(dtype, self.tolerance_overrides)
@@ -142,28 +157,60 @@ def _diagnose(exercise: Exercise, case: Case, got, free) -> Mistake | None:
     reference_case = case.in_float64()
     tol = exercise.tolerance(case.dtype)
     for mistake in exercise.mistakes:
+        if mistake.error is not None:
+            continue
         if mistake.matches is not None:
             if mistake.matches(case, got):
                 return mistake
             continue
         try:
-            wrong = exercise.call(mistake.fn, case if mistake.native_dtype else reference_case)
+            wrong = exercise.graded(exercise.call(mistake.fn, case if mistake.native_dtype else reference_case))
         except Exception:  # noqa: BLE001 - a mistake may not even run on this case's shapes
             continue
-        if compare(got, wrong, case.dtype, tol, names=exercise.output_names, equal_nan=True, free=free) is None:
+        if compare(exercise.graded(got), wrong, case.dtype, tol, names=exercise.output_names, equal_nan=True,
+                   free=free) is None:
             return mistake
     return None
 
 
 def check_output(exercise: Exercise, case: Case, got) -> Mismatch | str | None:
     """Why ``got`` is not the right output for ``case`` (None when it is)."""
-    want = exercise.call(exercise.reference, case.in_float64())
+    want = exercise.graded(exercise.call(exercise.reference, case.in_float64()))
     free = exercise.free(case) if exercise.free else None
-    mismatch = compare(got, want, case.dtype, exercise.tolerance(case.dtype), names=exercise.output_names,
-                       free=free)
+    mismatch = compare(exercise.graded(got), want, case.dtype, exercise.tolerance(case.dtype),
+                       names=exercise.output_names, free=free)
     if mismatch is None and exercise.verify is not None:
         return exercise.verify(case, got)
     return mismatch
+
+
+def _same_stage(mine: tuple, theirs: tuple, dtype: torch.dtype, tol) -> bool | None:
+    """Whether a stage's tensors agree (None when they cannot be compared: another layout or count)."""
+    if len(mine) != len(theirs) or not mine:
+        return None
+    for got, want in zip(mine, theirs):
+        if not isinstance(got, torch.Tensor) or got.dim() != want.dim():
+            return None
+        if got.shape != want.shape and got.dim() >= 3 and got.transpose(1, 2).shape == want.shape:
+            got = got.transpose(1, 2)  # the same values with heads before time
+        if got.shape != want.shape:
+            return None
+        if compare(got, want, dtype, tol) is not None:
+            return False
+    return True
+
+
+def _first_wrong_stage(exercise: Exercise, case: Case, got) -> str | None:
+    """The label of the first stage where the student's layer leaves the reference's path."""
+    if not exercise.stages or not (isinstance(got, (tuple, list)) and len(got) == 2 and isinstance(got[1], dict)):
+        return None
+    expected = exercise.call(exercise.reference, case.in_float64())[1]
+    for key, label in exercise.stages:
+        same = _same_stage(tuple(got[1].get(key, ())), expected.get(key, ()), case.dtype,
+                           exercise.tolerance(case.dtype))
+        if same is False:
+            return label
+    return None
 
 
 _STOPPED = {
@@ -191,7 +238,7 @@ def grade(exercise: Exercise, cells: list[Cell], sandbox: Sandbox | None = None,
         return Verdict(exercise.name, 0, exercise.points, summary, details)
 
     cases = exercise.cases()
-    job = {"exercise": exercise.name, "call": exercise.call.__name__,
+    job = {"exercise": exercise.definition, "call": exercise.call.__name__,
            "cells": [(cell.label, cell.source) for cell in cells], "cases": cases}
     try:
         answer = (sandbox or shared()).run(job, timeout_s)
@@ -209,7 +256,7 @@ def grade(exercise: Exercise, cells: list[Cell], sandbox: Sandbox | None = None,
     if "error" in report:
         return fail(_clean(report["error"]["summary"]), _clean(report["error"]["details"]))
     missing = missing_definition(StudentCode(cells, defined=report["defined"], syntax_errors=report["syntax_errors"]),
-                                 exercise.name)
+                                 exercise.definition)
     if missing:
         return fail(_clean(missing))
     return _judge(exercise, cases, report.get("outcomes", []), fail)
@@ -222,7 +269,12 @@ def _judge(exercise: Exercise, cases: list[Case], outcomes: list, fail) -> Verdi
             info = outcome[1]
             if info["summary"] == NOT_IMPLEMENTED:
                 return fail(NOT_IMPLEMENTED)
-            return fail(_clean(info["summary"]), "\n".join(x for x in (f"用例：{case.label}", _clean(info["details"])) if x))
+            lines = [f"用例：{case.label}", _clean(info["details"])]
+            mistake = next((m for m in exercise.mistakes if m.error and m.error in info["summary"] + info["details"]),
+                           None)
+            if mistake:
+                lines.append(f"看起来是：{mistake.name}。{mistake.hint}")
+            return fail(_clean(info["summary"]), "\n".join(x for x in lines if x))
         _, got, changed = outcome
         problem = check_output(exercise, case, got)
         if problem is None and changed:
@@ -232,6 +284,9 @@ def _judge(exercise: Exercise, cases: list[Case], outcomes: list, fail) -> Verdi
             continue
         text, kind = (problem.text, problem.kind) if isinstance(problem, Mismatch) else (problem, "values")
         lines = [f"用例：{case.label}", text]
+        stage = _first_wrong_stage(exercise, case, got)
+        if stage:
+            lines.append(f"第一个和参考不一样的步骤：{stage}。")
         free = exercise.free(case) if exercise.free else None
         mistake = _diagnose(exercise, case, got, free)
         if mistake is None and changed:

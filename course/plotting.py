@@ -1,4 +1,4 @@
-"""Attention heatmaps labelled with Chinese tokens.
+"""Attention heatmaps labelled with Chinese tokens, and data-flow diagrams of a layer.
 
 Matplotlib's bundled font (DejaVu Sans) has no CJK glyphs, so Chinese labels would show up as
 empty boxes. Before drawing, this module looks for a CJK font: one matplotlib already knows (a
@@ -90,6 +90,34 @@ def attention_heatmap(weights, query_tokens, key_tokens=None, *, ax=None, title=
                 label = "0" if value == 0 else f"{value:.2f}"
                 color = "white" if value > 0.6 else "black"  # stay readable on dark cells
                 ax.text(j, i, label, ha="center", va="center", fontsize=8, color=color)
+    return ax
+
+
+def flow_diagram(boxes: dict, arrows: list, *, title=None, size=(11, 6), ax=None):
+    """Draw a layer's data flow: labelled boxes joined by arrows.
+
+    ``boxes``: name -> ``(x, y, text)`` or ``(x, y, text, colour)``, in data coordinates (the axes fit
+    the boxes). ``arrows``: ``(from, to)`` or ``(from, to, label)`` between box names. Returns the Axes.
+    """
+    _use_chinese_font()
+    if ax is None:
+        _, ax = plt.subplots(figsize=size)
+    for start, end, *label in arrows:
+        (x0, y0), (x1, y1) = boxes[start][:2], boxes[end][:2]
+        ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
+                    arrowprops={"arrowstyle": "-|>", "color": "#555555", "lw": 1.3, "shrinkA": 22, "shrinkB": 22})
+        if label:
+            ax.text((x0 + x1) / 2, (y0 + y1) / 2, label[0], fontsize=8.5, color="#333333", ha="center", va="center",
+                    bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.9})
+    for x, y, text, *colour in boxes.values():
+        ax.text(x, y, text, ha="center", va="center", fontsize=9.5, zorder=3,
+                bbox={"boxstyle": "round,pad=0.45", "fc": colour[0] if colour else "#dbe8f6", "ec": "#4c72b0"})
+    xs, ys = [b[0] for b in boxes.values()], [b[1] for b in boxes.values()]
+    ax.set_xlim(min(xs) - 1.2, max(xs) + 1.2)
+    ax.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
+    ax.axis("off")
+    if title:
+        ax.set_title(title)
     return ax
 
 

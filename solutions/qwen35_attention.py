@@ -9,6 +9,7 @@ from torch import nn
 
 from solutions.attention_basics import attention, causal_mask, padding_mask
 from solutions.output_gate import apply_output_gate, split_query_gate
+from solutions.rope_mla import rope_cos_sin, rotate_half  # noqa: F401 - rope_cos_sin: 06 uses 04's answer
 
 
 class ZeroCenteredRMSNorm(nn.Module):
@@ -26,24 +27,6 @@ class ZeroCenteredRMSNorm(nn.Module):
         x32 = x.float()
         normed = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return (normed * (1.0 + self.weight.float())).to(x.dtype)
-
-
-def rope_cos_sin(positions: torch.Tensor, rotary_dim: int, theta: float):
-    """``positions [T]`` -> ``(cos, sin)``, each ``[T, rotary_dim]`` in float32.
-
-    Frequency ``i`` is ``theta^(-2i/rotary_dim)``; the table repeats the ``rotary_dim/2`` angles twice
-    (``cat(freqs, freqs)``) to match rotate-half.
-    """
-    inv_freq = 1.0 / theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim)
-    angles = positions.float()[:, None] * inv_freq[None, :]
-    table = torch.cat([angles, angles], dim=-1)
-    return table.cos(), table.sin()
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """``[x1, x2] -> [-x2, x1]`` over the last dim."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([-x2, x1], dim=-1)
 
 
 def apply_partial_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

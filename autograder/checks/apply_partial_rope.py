@@ -2,10 +2,11 @@
 ``x [B, H, T, D]``, the other dims passed through."""
 import torch
 
-from autograder.checks.inputs import dtype_name, generator, randn, shape
 from autograder.calls import Case
+from autograder.checks.inputs import dtype_name, generator, randn, shape
 from autograder.exercise import Exercise, Mistake
-from solutions.qwen35_attention import apply_partial_rope, rope_cos_sin
+from solutions.qwen35_attention import apply_partial_rope
+from solutions.rope_mla import rope_cos_sin
 
 
 def cases() -> list[Case]:

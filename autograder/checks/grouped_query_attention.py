@@ -12,7 +12,7 @@ from solutions.attention_basics import attention, causal_mask, padding_mask
 from solutions.gqa_kv_cache import GroupedQueryAttention, KVCache, repeat_kv  # noqa: F401
 from solutions.multi_head import merge_heads, split_heads
 
-OUTPUT_NAMES = ("输出（各步的 out 沿序列维拼起来）", "解码完之后的 len(cache)", "每次交给 cache.update 的 k 的形状 [B, 头数, T, D]")
+OUTPUT_NAMES = ("输出（各步的 out 沿序列维拼起来）", "解码完之后的 len(cache)", "每次交给 cache.update 的 k、v 的形状（各是 [B, 头数, T, D]）")
 
 
 def _kind(heads, kv_heads):

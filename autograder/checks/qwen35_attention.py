@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import torch
 
-from autograder.calls import Case, call_layer
+from autograder.calls import LAYER_STAGES, Case, call_layer
 from autograder.checks.inputs import dtype_name, generator, randn
 from autograder.checks.modules import linear_weights, padding_query_rows
 from autograder.exercise import Exercise, Mistake
@@ -159,5 +159,12 @@ MISTAKES = (
             _variant(attend=_attend_with(scale=lambda self: 1.0 / self.head_dim))),
 )
 
+STAGES = (("split", "q_norm 收到的 query（应是按头拆出来、还没做 RoPE 的 query）"),
+          ("norm", "q_norm、k_norm 的输出"),
+          ("rope", "apply_partial_rope 的输出"),
+          ("attention", "attention 的输出"),
+          ("gate", "o_proj 收到的输入（乘过门、合并了头之后）"))
+assert tuple(key for key, _ in STAGES) == LAYER_STAGES
+
 EXERCISE = Exercise("Qwen35Attention", 6, Qwen35Attention, cases, MISTAKES, call=call_layer,
-                    free=lambda case: padding_query_rows(case.args[5]))
+                    free=lambda case: padding_query_rows(case.args[5]), stages=STAGES)

@@ -4,7 +4,7 @@ import torch
 from autograder.calls import Case
 from autograder.exercise import Exercise, Mistake
 from autograder.tolerances import Tolerance
-from solutions.qwen35_attention import rope_cos_sin
+from solutions.rope_mla import rope_cos_sin
 
 # Angles reach position × 1 rad; float32 holds them to about position × 6e-8, so the bound grows
 # with the largest position used below (300).

@@ -15,7 +15,7 @@
 #
 # 这次作业从三个 token 的纸笔计算开始，最后写出一个完整的注意力函数。你会亲手实现五个小函数：
 # 打分、因果掩码、padding 掩码、带掩码的 softmax，以及把它们串起来的 `attention`。
-# 后面几次作业里的多头注意力、GQA 与 KV cache、MLA、Qwen3.5 的门控注意力，全都搭在这五块积木上。
+# 后面几次作业里的多头注意力、GQA 与 KV cache、RoPE 与 MLA、Qwen3.5 的门控注意力，全都搭在这五块积木上。
 #
 # 路线：
 #
@@ -187,8 +187,9 @@ for label, s in [("不缩放   ", raw_scores), ("除以 √d ", raw_scores / mat
 # 提示：
 #
 # - `@`（即 `torch.matmul`）只把最后两维当矩阵相乘，前面的维度当作一批彼此独立的矩阵。
-# - `k.transpose(-2, -1)`（或 `k.mT`）只交换最后两维。`k.T` 在多于两维的张量上会把**所有**维倒过来，不是你想要的。
-# - $D$ 取 `q.shape[-1]`。用 Python 的数（例如 `math.sqrt(D)`）做除数，结果会保持输入的 dtype
+# - 要让 `k` 的最后两维对调、前面的维度保持不动。`k.T` 在多于两维的张量上会把**所有**维倒过来，不是你想要的；
+#   去 `torch.Tensor` 的文档里找一个能指定"交换哪两维"的方法。
+# - $D$ 从 `q` 的形状里读。除数用 Python 的数（`math` 模块算出来的就是），结果会保持输入的 dtype
 #   （float32、float64、bfloat16 都一样）。
 
 # %% tags=["solution:attention_scores"]

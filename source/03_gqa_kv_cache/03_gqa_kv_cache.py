@@ -108,8 +108,9 @@ print("多来一个 token，前五个位置的输出不变：    ", torch.allclo
 #
 # 一次 `update` 可以放进好几个位置：生成开始时整段提示词一次算完（prefill），之后每步放进 1 个。
 #
-# 提示：第一次 `update` 时缓存还是空的，直接存下来；之后用 `torch.cat([旧的, 新的], dim=2)`。
-# `len(...)` 调用的是类的 `__len__` 方法。
+# 提示：缓存一开始是空的。先想好怎样表示"还没有东西"，以及第一次 `update` 和之后的 `update` 有什么不同。
+# 把两个张量沿某一维首尾相接，用 `torch.cat`；接在哪一维，看上面的约定。`len(...)` 调用的是类的 `__len__` 方法，
+# 空缓存也要能回答。
 
 # %% tags=["solution:KVCache"]
 class KVCache:
@@ -182,10 +183,12 @@ grade("KVCache")
 # | 每组 query 头数 $H / H_{kv}$ | 1 | 介于两者之间 | $H$ |
 # | 每层每个 token 缓存的数 $2 H_{kv} D$ | 最多 | 居中 | 最少 |
 # | 效果 | 最好 | 接近 MHA | 有时明显变差 |
-# | 例子 | GPT-2、BERT | Llama、Qwen3.5 | PaLM |
+# | 例子 | GPT-2、BERT | Llama 2 70B、Llama 3 各尺寸、Qwen3.5 的全注意力层 | PaLM |
 #
 # MQA（Shazeer，2019）一步到位，但把 K、V 压得太狠，有的任务上质量会掉；GQA（Ainslie 等，2023）是折中，
-# 今天的大多数模型都用它。Qwen3.5 的全注意力层用 8 个 query 头配 2 个 KV 头：每 4 个 query 头共用一组 K、V。
+# 近两年发布的开源大模型多数用它。同一个模型家族里也可能两种都有：Llama 1 和 Llama 2 的 7B、13B 都是普通的 MHA，
+# Llama 2 公开的尺寸里只有 70B 用了 GQA，到 Llama 3 才是各个尺寸都用 GQA。所以说某个模型"用 GQA"时，最好连版本和尺寸一起说。
+# Qwen3.5-0.8B 的全注意力层用 8 个 query 头配 2 个 KV 头：每 4 个 query 头共用一组 K、V。
 #
 # 共享也有代价：同组的 query 头只能从同一份 K、V 里取信息，自由度比 MHA 小。换来的是缓存小了 $H / H_{kv}$ 倍，
 # 读写缓存的显存带宽也省了同样的倍数，生成长文本时这往往才是瓶颈。顺带 `k_proj`、`v_proj` 也变小了：
@@ -228,8 +231,9 @@ plt.show()
 # 输入 `[B, Hkv, T, D]`，返回 `[B, Hkv·n_rep, T, D]`，输出的第 $h$ 个头等于输入的第 $\lfloor h / n_{rep} \rfloor$ 个头。
 # `n_rep = 1` 时（MHA）原样返回即可。
 #
-# 提示：`x.repeat_interleave(n_rep, dim=1)` 一行就够。也可以不复制内存：`x[:, :, None]` 加一维变成 `[B, Hkv, 1, T, D]`，
-# `expand` 成 `[B, Hkv, n_rep, T, D]`，再 `reshape` 成 `[B, Hkv·n_rep, T, D]`。
+# 提示：上面的演示已经告诉你该用哪一种复制顺序，PyTorch 里有一个按这种顺序复制的方法；别忘了指定在哪一维上复制。
+# 想更省内存的话，也可以不真的复制：先插入一个长度为 1 的新维，用 `expand` 把它"看成" $n_{rep}$ 份，
+# 再把这一维和头那一维合并。新维插在哪里，决定了副本是挨在一起还是整体重复。
 
 # %% tags=["solution:repeat_kv"]
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -267,7 +271,7 @@ grade("repeat_kv")
 # 一个模块覆盖三种注意力：`num_kv_heads == num_heads` 是 MHA，`num_kv_heads == 1` 是 MQA，介于两者之间是 GQA。
 # 它是解码器里的自注意力，**总是**加因果掩码。
 #
-# **`__init__`**：`head_dim` 不给时取 `hidden_size // num_heads`（给出时可以和它不同，Qwen3.5 就是 hidden 1024、
+# **`__init__`**：`head_dim` 不给时取 `hidden_size // num_heads`（给出时可以和它不同，Qwen3.5-0.8B 就是 hidden 1024、
 # 8 个头 × 256 维）。四个 `bias=False` 的线性层：
 #
 # | 名字 | 输入 → 输出 |
@@ -279,11 +283,11 @@ grade("repeat_kv")
 # **`forward(x, attention_mask=None, cache=None)`**，返回 `(out, cache)`：
 #
 # 1. `x` 是**新来的** $T$ 个位置 `[B, T, hidden]`。投影后用 `split_heads` 拆头：q 拆成 `num_heads` 个，k、v 拆成 `num_kv_heads` 个。
-# 2. 有缓存时：`k, v = cache.update(k, v)`，从此 k、v 包含缓存里的全部位置，长度记作 $k_{len}$；没有缓存时 $k_{len} = T$。
+# 2. 有缓存时，把新的 k、v 交给缓存，之后改用缓存返回的**全部** k、v，长度记作 $k_{len}$；没有缓存时 $k_{len} = T$。
 #    **先进缓存，再 `repeat_kv`**：缓存里只存 $H_{kv}$ 个头，省显存靠的就是这个。
-# 3. 掩码：`causal_mask(T, k_len)`。新来的 $T$ 个 query 排在序列的最后，第 $i$ 个在位置 $k_{len} - T + i$——
-#    作业 01 的 `causal_mask` 已经按这个位置偏移好了，**别**写成 `causal_mask(T)` 或从左上角开始的下三角。
-#    `attention_mask` 不是 `None` 时，它的形状是 `[B, k_len]`（覆盖缓存和新位置），用 `padding_mask` 转换后用 `&` 合并。
+# 3. 掩码：新来的 $T$ 个 query 排在 $k_{len}$ 个位置的最后，第 $i$ 个在位置 $k_{len} - T + i$。
+#    作业 01 的 `causal_mask` 正是为这种情况准备了第二个参数；只按 $T$ 造一个从左上角开始的下三角是错的。
+#    `attention_mask` 不是 `None` 时，它的形状是 `[B, k_len]`（覆盖缓存和新位置），用 `padding_mask` 转换后和因果掩码合并。
 # 4. `repeat_kv` 把 k、v 展开到 `num_heads` 个头，`attention`，`merge_heads`，`o_proj`。
 # 5. 返回 `(out, cache)`：`cache` 就是传进来的那个对象（没有传就是 `None`）。
 #
@@ -445,10 +449,10 @@ got = kv_cache_bytes(1, 1, 6, 2, 256, 2)
 assert got == 12288, f"Qwen3.5-0.8B 每个 token 应占 12,288 字节，得到 {got}"
 assert type(got) is int, f"应返回 int，得到 {type(got).__name__}"
 got = kv_cache_bytes(1, 1, 1, 8, 32, 1)
-assert got == 512, f"种子 003 的 MHA 例子：一层一个 token 应存 512 个数，得到 {got}"
+assert got == 512, f"MHA/MQA/GQA 教程里的 MHA 例子（8 个头、每头 32 维）：一层一个 token 应存 512 个数，得到 {got}"
 got = kv_cache_bytes(3, 5, 7, 2, 16, 4)
 assert got == 2 * 3 * 5 * 7 * 2 * 16 * 4, f"每个参数都要乘进去：期望 {2 * 3 * 5 * 7 * 2 * 16 * 4}，得到 {got}"
-print("✓ kv_cache_bytes：Qwen3.5 和种子 003 的数都对上了")
+print("✓ kv_cache_bytes：Qwen3.5-0.8B 和 MHA/MQA/GQA 教程里的例子都对上了")
 
 ### BEGIN HIDDEN TESTS
 from autograder.notebook import grade
@@ -458,7 +462,8 @@ grade("kv_cache_bytes")
 # %% [markdown]
 # ### 先算一个小例子
 #
-# $d_{model} = 256$、8 个头、每头 $D = 32$ 的模型，一层、一个 token 要缓存多少个数（`bytes_per_elem = 1` 就是按个数算）？
+# 一篇讲 MHA/MQA/GQA/MLA 的教程用过这样一个模型：$d_{model} = 256$、8 个头、每头 $D = 32$。
+# 一层、一个 token 要缓存多少个数（`bytes_per_elem = 1` 就是按个数算）？
 
 # %%
 for name, kv_heads in [("MHA", 8), ("GQA", 2), ("MQA", 1)]:
@@ -513,8 +518,8 @@ plt.show()
 # %% [markdown]
 # 三条线都是直线：缓存和上下文长度成正比，每翻一倍就多一倍。线和线之间的距离是固定的倍数：GQA 比 MHA 小 4 倍
 # （$8 / 2$），MQA 再小一半。256K 个 token 时，MHA 要 12 GiB，GQA 要 3 GiB——对一个只有 0.8B 参数
-# （bf16 下约 1.6 GB）的模型，缓存比模型本身还大。batch 里有几条序列，还要再乘几倍。这就是为什么几乎所有新模型都用 GQA，
-# 而 Qwen3.5 更进一步，让 24 层里只有 6 层需要 KV cache。
+# （bf16 下约 1.6 GB）的模型，缓存比模型本身还大。batch 里有几条序列，还要再乘几倍。这就是为什么新模型大多要想办法压缩
+# KV cache：多数用 GQA，DeepSeek-V2、V3 用作业 04 要讲的 MLA；Qwen3.5 在 GQA 之外更进一步，让 24 层里只有 6 层需要 KV cache。
 
 # %% [markdown]
 # ## 7. 量一量：有缓存和没缓存
@@ -588,5 +593,5 @@ plt.show()
 # | `GroupedQueryAttention` | MHA / GQA / MQA 一个模块 | 先缓存再 `repeat_kv`；`causal_mask(T, k_len)`；mask 覆盖缓存 |
 # | `kv_cache_bytes` | 缓存的字节数 | $2 \times B \times T \times L \times H_{kv} \times D \times$ 字节数 |
 #
-# 缓存里存的是每个头完整的 K、V。下一次作业的 MLA（多头潜在注意力）换了个思路：只缓存一个低维的"潜在向量"，
-# 用的时候再把 K、V 展开出来，缓存还能再小很多。
+# 缓存里存的是每个头完整的 K、V。下一次作业（作业 04）的后半部分是 MLA（多头潜在注意力），它换了个思路：
+# 只缓存一个低维的"潜在向量"，用的时候再把 K、V 展开出来，缓存还能再小很多。

@@ -18,10 +18,12 @@
 # 关小，甚至关掉。这次作业把这个门从头到尾做一遍：
 #
 # 1. 回顾问题：softmax 为什么不能弃权，没有门的模型又是怎么凑合的（attention sink）；
-# 2. 门的三步：打分、sigmoid、逐维相乘；
-# 3. 练习 1 `split_query_gate`：门的分数藏在 `q_proj` 里，按头交错排放，把它拆出来；
-# 4. 练习 2 `apply_output_gate`：把门乘到头的输出上，并在「书 / 她」的玩具例子上看门怎么开关；
-# 5. 练习 3 `gate_gradient`：亲手推出门的梯度，用梯度下降把门学出来。
+# 2. 门的三步：打分、sigmoid、逐维相乘——以及门到底乘在哪里；
+# 3. 门为什么有用：Qwen 团队论文给出的三个理由，和真实 Qwen3.5 里一个头被门关上的例子；
+# 4. 练习 1 `split_query_gate`：门的分数藏在 `q_proj` 里，按头交错排放，把它拆出来；
+# 5. 练习 2 `apply_output_gate`：把门乘到头的输出上，并在「书 / 她」的玩具例子上看门怎么开关；
+# 6. 练习 3 `gate_gradient`：亲手推出门的梯度，用梯度下降把门学出来；
+# 7. 两道思考题。
 #
 # > **本课程的约定**
 # >
@@ -90,9 +92,10 @@ print("output:", out_sink)
 # 首 token 的 value 被占用，不能再携带它自己的意思；注意力矩阵里大片的权重堆在第一列，
 # 而这些权重其实表示"这个头这次没事干"。
 #
-# 真实模型里确实如此。下面是种子教材和 Qwen 团队论文**报告**的数字（本 notebook 没有、也无法重新测量它们）：
+# 真实模型里确实如此。下面是别人**报告**的数字（本 notebook 没有、也无法重新测量它们）：前两条出自
+# 一本讲 Qwen3.5 的书的门控注意力一章，第三条出自 Qwen 团队的论文。
 #
-# - 没有门的 **Qwen3-0.6B**：从第 6 层起，位置靠后的那一半 query 有 40%～77% 的注意力落在第一个 token 上，
+# - 没有门的 **Qwen3-0.6B**（书里转引的另一份测量）：从第 6 层起，位置靠后的那一半 query 有 40%～77% 的注意力落在第一个 token 上，
 #   而平均分配时每个 token 只该分到约 5%；逐层平均是 55%，28 层里有 20 层过半；
 #   第一个 token 的 value 向量只有平均长度的 0.07～0.23 倍。
 # - 有门的 **Qwen3.5-0.8B**，同一句话、同一种量法：平均 12%，最多的一层 27%。
@@ -103,7 +106,7 @@ print("output:", out_sink)
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
 reported = [
-    ("两个模型（教材的测量）", ["Qwen3-0.6B\n无门", "Qwen3.5-0.8B\n有门"], [55.0, 12.0]),
+    ("两个模型（讲 Qwen3.5 的书报告）", ["Qwen3-0.6B\n无门", "Qwen3.5-0.8B\n有门"], [55.0, 12.0]),
     ("只差一个门（Gated Attention 论文）", ["无门", "有门"], [46.7, 4.8]),
 ]
 for ax, (title, labels, shares) in zip(axes, reported):
@@ -148,7 +151,7 @@ print("the silent head's output (1, 1) times sigmoid(-6):", gated_silent)
 # 也不需要借用第一个 token。分数 $0$ 时门半开（0.5）；分数 $6$ 时几乎全开（0.9975）。
 #
 # 下面把 sigmoid 和它的斜率 $g(1-g)$ 画在一起。斜率在 $z = 0$ 时最大（0.25），越往两边越小；
-# 第 6 节学门的时候会看到，这决定了门为什么在接近 0 或 1 时变得很慢。
+# 第 7 节学门的时候会看到，这决定了门为什么在接近 0 或 1 时变得很慢。
 
 # %%
 z_axis = torch.linspace(-8, 8, 161)
@@ -169,7 +172,125 @@ ax.grid(alpha=0.3)
 plt.show()
 
 # %% [markdown]
-# ## 4. 门的分数从哪里来：藏在 `q_proj` 里
+# ### 门乘在哪里：一个常见的误读
+#
+# 把一整层写出来，门的位置就清楚了。设这一层有 $H$ 个头；$o_h$ 是头 $h$ 的注意力输出（value 的加权平均，`[D]`），
+# $z_h$ 是当前 token 为头 $h$ 算出的 $D$ 个门分数，$W^O_h$ 是把 `o_proj` 的矩阵按行切成 $H$ 块后属于头 $h$ 的那一块
+# （$D \times \text{hidden}$，作业 02 第 6 节的切法）。这个 token 的残差流 $x$ 经过注意力子层后变成
+#
+# $$
+# y = x + \sum_{h=1}^{H} \big(o_h \odot \sigma(z_h)\big)\, W^O_h
+# $$
+#
+# （Qwen3.5 先对 $x$ 做 RMSNorm 再算 $o_h$ 和 $z_h$，这里略去。）
+#
+# 一篇讲 MHA/MQA/GQA/MLA 的教程把门写成 $x + \operatorname{Attention}(x) \odot \sigma(g)$，还把它解释成
+# "更灵活的残差连接"。照字面读，$\operatorname{Attention}(x)$ 已经过了 `o_proj`，门就成了一个 hidden 维的向量，
+# 在整个注意力子层的结果加进残差流之前统一打个折。Qwen3.5 做的不是这件事（那篇教程自己的代码和它最后写的
+# $W^O\big(\operatorname{Attention}(Q, K, V) \odot \sigma(g)\big)$ 倒是和 Qwen3.5 一致）：
+#
+# - **被乘的是每个头的注意力输出，在 `o_proj` 之前。** 门的形状是 `[B, T, H·D]`，和各头拼起来的输出一一对应，
+#   每个头、每一维各一个数；不是 `o_proj` 之后那个 `[B, T, hidden]` 的向量。
+# - **残差连接原封不动。** 式子里的 $x$ 总是以系数 1 加过去，门碰不到它。门只管每个头往残差流里**添**多少。
+# - **位置决定了门能做什么。** 过了 `o_proj`，各头的结果已经混进每一维，在那里乘门就没法只让某一个头闭嘴；
+#   乘在 `o_proj` 之前，它可以关掉头 3、同时让头 5 全开。它还正好夹在 $W_V$ 和 $W^O$ 之间，下一节马上会用到这一点。
+
+# %% [markdown]
+# ## 4. 门为什么有用：论文的三个理由
+#
+# Qwen 团队 2025 年的论文 *Gated Attention for Large Language Models* 在 1.7B 的稠密模型和 15B 的 MoE 模型上
+# （训练数据 3.5T token）比较了 30 种加门的方式。效果最好的就是上面这种：sigmoid 门，每个头单独、逐维，
+# 由当前 token 算出，乘在注意力的输出上。论文把它的好处归结为三点。
+#
+# ### 理由一：在 $W_V$ 和 $W^O$ 之间加了一道非线性
+#
+# 先看没有门时，头 $h$ 给 token $i$ 的贡献。value 是 $v_j = x_j W_V^h$，头的输出是 value 按权重 $a_{ij}$ 的加权平均，
+# 再乘 $W^O_h$。权重只是一些标量，可以挪到前面：
+#
+# $$
+# \Big(\sum_j a_{ij}\, x_j W_V^h\Big)\, W^O_h = \Big(\sum_j a_{ij}\, x_j\Big)\, W_V^h W^O_h
+# $$
+#
+# softmax 只决定"从每个 token 取多少"；取回来的内容被怎样变换，对每个 token、每句话都是同一个矩阵 $W_V^h W^O_h$。
+# 它是 $\text{hidden} \times D$ 乘 $D \times \text{hidden}$，两个线性层首尾相接，合起来还是一个线性映射，
+# 而且秩最多是 $D$（Qwen3.5 里是 1024 维里的至多 256 维）：这是一个**低秩的线性**映射。
+#
+# 加上门，中间多了一次逐维乘法，而门的分数 $z_i$ 来自当前 token $i$：
+#
+# $$
+# \Big(\big(\textstyle\sum_j a_{ij}\, x_j W_V^h\big) \odot \sigma(z_i)\Big)\, W^O_h
+# = \Big(\sum_j a_{ij}\, x_j\Big)\, W_V^h \operatorname{diag}\!\big(\sigma(z_i)\big)\, W^O_h
+# $$
+#
+# 中间的矩阵变成了 $W_V^h \operatorname{diag}(\sigma(z_i))\, W^O_h$，每个 token 各有一张。秩没有超过 $D$，
+# 但这段变换不再是固定的线性映射，而是随当前 token 而变：这就是论文说的非线性。用小尺寸看一下（hidden 6，$D = 2$）：
+
+# %%
+torch.manual_seed(0)
+w_v_head = torch.randn(6, 2)  # one head's value projection:   [hidden, D]
+w_o_head = torch.randn(2, 6)  # that head's block of o_proj:    [D, hidden]
+fixed_map = w_v_head @ w_o_head  # without a gate: the same [hidden, hidden] map for every token
+print(f"W_V W_O: shape {tuple(fixed_map.shape)}, rank {torch.linalg.matrix_rank(fixed_map).item()}")
+
+token_maps = {}
+for name, scores in [("A", torch.tensor([4.0, -4.0])), ("B", torch.tensor([-4.0, 4.0]))]:
+    gates = torch.sigmoid(scores)  # computed from the current token, one per head dim
+    token_maps[name] = w_v_head @ torch.diag(gates) @ w_o_head
+    print(f"token {name}: gates {[round(g, 3) for g in gates.tolist()]}, "
+          f"map rank {torch.linalg.matrix_rank(token_maps[name]).item()}")
+print("A and B get different maps:", not torch.allclose(token_maps["A"], token_maps["B"], atol=1e-3))
+
+# %% [markdown]
+# 没有门时，两个 token 取回的内容都经过同一张秩为 2 的映射；有门时，A 几乎只让第 0 个 value 维通过，B 几乎只让第 1 个通过，
+# 同一个头对不同 token 做了不同的变换。论文也试过把门放在 value 投影之后（乘在每个被看的 token 的 value 上），
+# 同样带来非线性，也有提升，但不如乘在注意力输出上：那样的门由被看的 token 决定，而不是由当前 token 决定。
+# 区别就在理由二。
+#
+# ### 理由二：稀疏，大多数门接近 0
+#
+# 训练出来的门大部分时候是关着的：一个头在大多数 token 上把自己的输出乘上一个很小的数，只在少数用得着它的 token 上打开。
+# 因为门由当前 token 算出，这种开关是**逐 token** 的：同一个头对这个 token 闭嘴，对下一个 token 可以全开。
+# 论文在自己的模型里也量到，这种门的分数整体很低，大多挤在 0 附近。
+#
+# 一本讲 Qwen3.5 的书的门控注意力一章，在完整的 Qwen3.5-0.8B 上跑了一句话，跟踪第 15 层（全注意力层之一）的头 4，
+# 报告了下面这些数字。它们同样是**报告的数字**：本 notebook 没有真实的整模型，无法重新测量。
+#
+# - 在「公园」这个 token 上，头 4 的 256 个门平均只有 **0.056**。这个头经过 `o_proj` 加进残差流的量，
+#   乘门之前是 **4.46**，乘门之后只剩 **0.34**，只相当于残差流的 **8%**。
+# - 同一个头在那句话的第三个「，」上门是开着的，它加进去的量占到残差流的 **32%**。
+# - 整个第 15 层（所有 token、所有头、所有维）的门，均值是 **0.12**，**55%** 小于 0.1。书里还报告，
+#   6 个全注意力层的门均值都只在 0.07～0.19 之间。
+#
+# `o_proj` 没有 bias，输入小，输出就小；残差流只做加法，加进去一个接近 0 的量，这个头在「公园」上就等于没发言。
+
+# %%
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+reported_head = [  # (title, bar labels, reported values, label format, y limit, colours)
+    ("头 4 在「公园」上加进残差流的量", ["乘门之前", "乘门之后"], [4.46, 0.34], "{:g}", 5.5, ["#c44e52", "#4c72b0"]),
+    ("头 4 加进去的量占残差流的比例", ["「公园」\n（门关着）", "第三个「，」\n（门开着）"], [8.0, 32.0], "{:g}%", 40,
+     ["#8c8c8c", "#55a868"]),
+    ("门的值（这一层 55% 的门小于 0.1）", ["头 4 在「公园」上\n的平均门", "第 15 层\n全部门的均值"], [0.056, 0.12], "{:g}",
+     0.2, ["#8c8c8c", "#8c8c8c"]),
+]
+for ax, (title, labels, values, fmt, top, colours) in zip(axes, reported_head):
+    bars = ax.bar(labels, values, color=colours, width=0.55)
+    ax.bar_label(bars, labels=[fmt.format(v) for v in values])
+    ax.set_title(title)
+    ax.set_ylim(0, top)
+fig.suptitle("Qwen3.5-0.8B 第 15 层：讲 Qwen3.5 的书报告的数字，不是本 notebook 测量的")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ### 理由三：不再需要 attention sink
+#
+# 头可以用门直接闭嘴，就不必再把注意力倒给第一个 token 来"交白卷"。第 2 节那组只差一个门的对照实验就是证据：
+# 第一个 token 分到的注意力从 **46.7%** 降到 **4.8%**。第一个 token 的 value 也不必再被训练成近乎零向量，
+# 它可以像别的 token 一样携带自己的意思。论文还报告，加门以后个别维度上那些巨大的激活值（massive activation）少了，
+# 训练更稳（loss 尖峰更少，能用更大的学习率），长上下文的外推也更好。
+
+# %% [markdown]
+# ## 5. 门的分数从哪里来：藏在 `q_proj` 里
 #
 # Qwen3.5 没有单独的 `gate_proj`。它的 `q_proj` 是普通多头注意力的两倍宽：8 个头、每头 $D = 256$，
 # 输出却有 $8 \times 2 \times 256 = 4096$ 维。**每个头占连续的 $2D = 512$ 维，前 256 维是这个头的 query，
@@ -188,9 +309,9 @@ plt.show()
 #
 # 输入 `q_out` 是 `q_proj` 的输出，形状 `[B, T, H·2D]`；返回 `(query, gate)`，形状都是 `[B, T, H, D]`。
 #
-# 提示：先把最后一维拆成 `[H, 2D]`（`reshape`、`view` 或 `unflatten` 都行），这样每个头的 $2D$ 个数就排在
-# 同一行里；再在最后一维上切成前 $D$ 个和后 $D$ 个。这个练习**不**转置：`[B, T, H, D] → [B, H, T, D]`
-# 留给注意力计算的那一步。
+# 提示：看上面那张排布图。只要把最后一维改成"按头分组"的两维，每个头的 $2D$ 个数就会落在同一行里，
+# 接下来 query 和门各在这一行的哪一段，图上写得很清楚。改形状的工具作业 02 都用过（`unflatten` 也行）；
+# 前面的 `B`、`T` 不要写死。这个练习**不**转置：`[B, T, H, D] → [B, H, T, D]` 留给注意力计算的那一步。
 
 # %% tags=["solution:split_query_gate"]
 def split_query_gate(q_out: torch.Tensor, num_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -284,7 +405,7 @@ print(f"{n_full} full-attention layers {list(config.full_attention_layers)}: "
 # 每层约 2.1M，6 个全注意力层共约 12.6M，只占 Qwen3.5-0.8B 全部参数的 1.7% 左右。
 
 # %% [markdown]
-# ## 5. 把门乘上去
+# ## 6. 把门乘上去
 #
 # ### 练习 2：`apply_output_gate(attn_out, gate)`
 #
@@ -373,6 +494,7 @@ for word in toy_x:
 # - 「她」的代词头门是 **0.998**，「小红」的信息几乎原样放行；
 # - 语法头正好相反：「书」是 0.881 和 0.731，「她」只有 0.269。
 #
+# 第 4 节里 Qwen3.5 第 15 层头 4 的例子，是真实模型里的同一件事：在「公园」上关，在第三个「，」上开。
 # 门是逐维的，所以它还能更细：只放行一个头输出里的部分维度。把四个门画成一张小图：
 
 # %%
@@ -390,7 +512,7 @@ fig.colorbar(image, ax=axes, fraction=0.03)
 plt.show()
 
 # %% [markdown]
-# ## 6. 门是怎么学出来的
+# ## 7. 门是怎么学出来的
 #
 # $W_{\text{gate}}$ 跟别的权重一样，初始值是很小的随机数（Qwen3.5 的 `initializer_range` 是 0.02），
 # 所以刚初始化时所有分数都在 0 附近，门都是半开的 0.5。是梯度把"开着反而添乱"的门推向 0，
@@ -425,8 +547,9 @@ plt.show()
 # 输入：`x [N, F]` 每行一个 token 的特征；`w [F]` 门的权重；`r, o, t [N]` 每个 token 的残差、头的输出、目标。
 # 返回 `[F]`：上面的 $\nabla_w L$。请按公式手算，**不要**用 `backward()` 或 `torch.autograd`——那是检查单元用来核对你的。
 #
-# 提示：先算出每个 token 的标量系数 $(y_n - t_n)\,o_n\,g_n(1 - g_n)$，形状 `[N]`；
-# "乘以 $x_n$ 再对 $n$ 求和"正好是一次向量乘矩阵：`[N] @ [N, F] → [F]`。
+# 提示：照着链式法则的顺序，先算出门、再算出输出 $y$，都是每个 token 一个数。公式里除了 $x_n$ 以外的因子，
+# 对每个 token 合起来是一个标量；"每个标量乘上自己那一行 $x_n$，再对所有 token 求和"不需要写循环：
+# 想一想形状 `[N]` 和 `[N, F]` 的张量怎样一步得到 `[F]`。
 
 # %% tags=["solution:gate_gradient"]
 def gate_gradient(x: torch.Tensor, w: torch.Tensor, r: torch.Tensor, o: torch.Tensor,
@@ -544,16 +667,57 @@ for gate_value in (0.5, 0.8, 0.945, 0.99, 0.999):
 # 如果有朝一日需要它重新打开，就得靠长时间一致的梯度。
 
 # %% [markdown]
+# ## 思考题
+#
+# 两道题不计分，也没有标准格式：把你的推理写下来就好。
+#
+# **思考题 1.** 假设某一层里有一个头，在某个 token 上它的门全是 0（$D$ 个门一个不剩）。这一层在这个 token 上的输出会怎样？
+# 残差流呢？如果这一层所有头的门在这个 token 上都是 0 呢？
+
+# %% [markdown] tags=["answer:gate_all_zero"]
+# ### BEGIN SOLUTION
+# 这个头的输出乘完门是零向量。`o_proj` 没有 bias，它的输出是各头贡献之和 $\sum_h (o_h \odot g_h)\,W^O_h$，
+# 这个头那一项正好是 0；其余头的注意力和门都是各算各的，贡献一点不变。所以这一层的输出就是"少了这个头"的那份，
+# 残差流照样是 $x$ 加上其余头的贡献，$x$ 本身完整保留。
+#
+# 如果所有头的门都是 0，注意力子层加进残差流的就是零向量：这个 token 在这一层的注意力等于被跳过，残差流原样交给后面的 MLP。
+#
+# 两点补充。第一，这只对这一个 token 成立：同一个头在别的 token 上照样可以开门；这个 token 的 K、V 由 `k_proj`、`v_proj`
+# 算出，和门无关，照样进 KV cache，供后面的 token 查询。第二，sigmoid 只会无限接近 0；真到了 0，梯度也断了：
+# 这个 token 上，这个头的 value、query、key 都收不到来自这里的梯度，门自己的梯度也带着 $g(1-g) \approx 0$ 这个因子。
+# 这就是第 7 节说的"关得很死的门很难再被推开"。
+# ### END SOLUTION
+
+# %% [markdown]
+# **思考题 2.** 没有门的模型为什么偏偏挑**第一个** token 当 attention sink，而不是随便哪个 token（比如句号，或者某个常见的词）？
+
+# %% [markdown] tags=["answer:first_token_sink"]
+# ### BEGIN SOLUTION
+# 关键在因果掩码。一个 sink 要管用，必须对**每一个** query 都看得见：第 $i$ 个 query 只能看位置 $0 \dots i$，
+# 所以所有 query 都看得见的只有位置 0，而第一个 query 除了它什么都看不见。换成第 5 个 token，前面几个位置的 query
+# 就用不上它；换成句号或某个常见词，它出不出现、出现在哪都因句子而异，没法当一个随时可用的垃圾桶。
+#
+# 第一个 token 还有一个方便之处：它在每一层都只能看自己，所以它每一层的隐藏状态都和后面的文本无关。只要开头总是同一个
+# token（常见的是 BOS 之类的特殊 token），它在每一层的 key 和 value 就总是同一组向量，模型很容易把这个 key 学成
+# "谁想弃权都能对准"，把 value 学成接近 0。
+#
+# 这也解释了 StreamingLLM 的发现：只保留最近的 KV、丢掉开头几个 token，模型就崩了，因为头们失去了交白卷的地方；
+# 把开头几个 token 的 KV 一直留着就好了。
+# ### END SOLUTION
+
+# %% [markdown]
 # ## 小结
 #
 # | 函数 | 做什么 | 要守住的细节 |
 # |---|---|---|
 # | `split_query_gate` | 从 `q_proj` 的输出拆出 query 和门分数 | 按头交错：每个头 `[query_h, gate_h]`，不是整体对半切 |
-# | `apply_output_gate` | 头的输出 × sigmoid(门分数) | 逐维相乘；在 `o_proj` 之前 |
+# | `apply_output_gate` | 头的输出 × sigmoid(门分数) | 逐维相乘；在 `o_proj` 之前，不碰残差连接 |
 # | `gate_gradient` | 手推门权重的梯度 | $(y-t)\cdot o \cdot g(1-g)\cdot x$，对 token 求和 |
 #
 # - softmax 逼每个头交一份加权平均；没有门时，模型只好让第一个 token 的 value 变得接近 0，当作 attention sink。
-# - 门由当前 token 自己算出，逐维乘在头的输出上，想闭嘴就乘一个接近 0 的数。
+# - 门由当前 token 自己算出，逐维乘在头的输出上（`o_proj` 之前），想闭嘴就乘一个接近 0 的数。
+# - 门为什么有用（Gated Attention 论文）：在 $W_V$ 和 $W^O$ 之间加入随当前 token 变化的非线性；大多数门接近 0，
+#   头的输出按 token 稀疏地开关；头能直接闭嘴，也就不再需要 attention sink。
 # - 门的前世今生：1997 年的 LSTM 已经用 sigmoid 门调节信息流；2016 年 GLU 让一路过 sigmoid 去乘另一路；
 #   2023 年有人发现注意力头"什么都不想做"时会造出巨大的离群值（*Quantizable Transformers*），
 #   Evan Miller 提议给 softmax 的分母加 1（*Attention Is Off By One*），StreamingLLM 给 attention sink 起了名字；

@@ -20,11 +20,14 @@
 # |---|---|---|
 # | GQA：2 组 key/value 供 8 个 query 头共享 | KV cache 小 4 倍 | 03，本作业第 4 节回顾 |
 # | QK-Norm：q、k 先各过一个 RMSNorm | 钉住点积的尺度，softmax 不会退化成 one-hot | 本作业练习 1 |
-# | 部分 RoPE：每个头只旋转前 64 维 | 一部分维度管位置，其余维度做和位置无关的匹配 | 本作业练习 2、3 |
+# | 部分 RoPE：每个头只旋转前 64 维 | 位置只占每个头的一小部分维度，其余维度的匹配和位置无关 | 04 讲 RoPE，本作业练习 2 |
 # | 输出门：头的输出逐维乘 sigmoid(门) | 让一个头可以"不发言" | 05 |
 #
-# 四个练习：`ZeroCenteredRMSNorm`、`rope_cos_sin`、`apply_partial_rope`，最后是整层 `Qwen35Attention`。
+# 三个练习：`ZeroCenteredRMSNorm`、`apply_partial_rope`，最后是整层 `Qwen35Attention`（分四步写，每步后面都有一个小检查）。
 # 然后把「今天天气不错，我们去公园」切成 token，送进第 3 层，画出注意力矩阵和门。
+#
+# 资料来源：Qwen3.5 的结构和数字来自它的模型卡和 `config.json`、Hugging Face transformers 的实现，以及一本讲 Qwen3.5 的书里
+# 门控注意力那一章；输出门的实验来自 Qwen 团队的论文 *Gated Attention for Large Language Models*（2025）。
 #
 # > **先说清楚：本课程附带的权重是替身。** `data/qwen35_layer3/` 里**不是**训练好的 Qwen3.5-0.8B，
 # > 而是一份合成的替身：键名、形状、dtype（bfloat16）和 `config.json` 与真模型一模一样，数值却是
@@ -40,8 +43,8 @@
 # >
 # > - 注意力里的张量形状是 `[batch, heads, seq, head_dim]`，简写为 `[B, H, T, D]`；层的输入输出是 `[B, T, hidden]`。
 # > - 掩码是 `torch.bool`，**True 表示"可以看"**。`attention_mask` 参数是 tokenizer 给的 `[B, T]` 的 0/1（1 = 真实 token）。
-# > - 前几次作业的函数 `attention`、`causal_mask`、`padding_mask`、`repeat_kv`、`split_query_gate`、
-# >   `apply_output_gate` 在导入单元后面的「已给出」单元里（前几次作业的参考答案），运行一下就能用。
+# > - 前几次作业的函数 `attention`、`causal_mask`、`padding_mask`、`repeat_kv`、`rope_cos_sin`、`apply_rope`、
+# >   `split_query_gate`、`apply_output_gate` 在导入单元后面的「已给出」单元里（前几次作业的参考答案），运行一下就能用。
 # > - **评分规则**：评分程序只读取你的 `import`、函数和类的定义，以及全大写的常量；演示单元不会被评分程序执行。
 # >   所以函数和类里不要用演示单元里的变量，也不要改名字和参数。
 # >
@@ -62,8 +65,8 @@ from course.weights import find_checkpoint, load_attention_layer, load_config, l
 torch.set_printoptions(precision=4, sci_mode=False)
 plotting.use_chinese_font()
 
-# %% tags=["provided:attention_scores", "provided:causal_mask", "provided:padding_mask", "provided:masked_softmax", "provided:attention", "provided:repeat_kv", "provided:split_query_gate", "provided:apply_output_gate"]
-# course-release fills this cell with the answers of assignments 01, 03 and 05.
+# %% tags=["provided:attention_scores", "provided:causal_mask", "provided:padding_mask", "provided:masked_softmax", "provided:attention", "provided:repeat_kv", "provided:rope_cos_sin", "provided:apply_rope", "provided:split_query_gate", "provided:apply_output_gate"]
+# course-release fills this cell with the answers of assignments 01, 03, 04 and 05.
 
 # %% [markdown]
 # ## 1. 全景：24 层里的 6 层
@@ -103,7 +106,9 @@ print("layer types:", " ".join("F" if kind == "full_attention" else "l" for kind
 # ### 零中心的 RMSNorm
 #
 # 普通 RMSNorm 是 $\ y = \dfrac{x}{\sqrt{\operatorname{mean}(x^2) + \varepsilon}} \cdot w$，$w$ 初始化为 1。
-# Qwen3.5 的所有 norm（`q_norm`、`k_norm`，还有每层的 `input_layernorm`）都是**零中心**的：
+# Qwen3.5 的注意力层用到的 norm（`q_norm`、`k_norm`，还有每层的 `input_layernorm`、`post_attention_layernorm` 和最后的 `norm`）
+# 都是**零中心**的。只有一个例外：线性注意力层里给输出做归一化的那个 norm（它还带一个门）是普通的 RMSNorm，权重从 1 开始。
+# 零中心的写法是：
 #
 # $$
 # y = \frac{x}{\sqrt{\operatorname{mean}(x^2) + \varepsilon}} \cdot (1 + w), \qquad w \text{ 初始化为 } 0 .
@@ -210,102 +215,35 @@ with torch.no_grad():
 #
 # ### RoPE 回顾
 #
-# RoPE 把位置编码成**旋转**：把向量的维度两两配对，每一对看作平面上的一个点，位置 $m$ 的 token
-# 把第 $i$ 对旋转 $m\,\theta_i$ 弧度。query 在位置 $m$、key 在位置 $n$ 时，两个旋转一抵消，点积只和
-# 相对距离 $n - m$ 有关——模型看到的是"隔了几个 token"，而不是绝对位置。
+# 作业 04 从头讲过 RoPE，这里只回顾要用到的几点：
 #
-# 第 $i$ 对的频率是
-#
-# $$
-# \theta_i = \text{theta}^{-2i / r}, \qquad i = 0, 1, \dots, \tfrac r2 - 1,
-# $$
-#
-# $r$ 是参与旋转的维数（rotary_dim）。$i = 0$ 转得最快（每个 token 1 弧度），$i$ 越大转得越慢。
-#
-# Qwen3.5 用的配对方式叫 **rotate-half**：把 $r$ 维切成前一半 $x_1$ 和后一半 $x_2$，第 $i$ 维和第 $i + r/2$ 维配成一对：
-#
-# $$
-# \begin{aligned}
-# x'_i &= x_i \cos(m\theta_i) - x_{i + r/2} \sin(m\theta_i) \\
-# x'_{i + r/2} &= x_{i + r/2} \cos(m\theta_i) + x_i \sin(m\theta_i)
-# \end{aligned}
-# \qquad\Longleftrightarrow\qquad
-# x' = x \odot \cos + \operatorname{rotate\_half}(x) \odot \sin,\quad \operatorname{rotate\_half}(x) = [-x_2,\ x_1] .
-# $$
-#
-# 右边的向量写法要求 `cos`、`sin` 表的前一半和后一半用**同一组**角度：表是 `cat(freqs, freqs)`，
-# 不是把每个角度重复两次挨着放（那是另一种"相邻两维配对"的写法，GPT-J 和 LLaMA 原版用的就是它）。
+# - 每个头的维度两两配对，位置 $m$ 的 query 和 key 把第 $i$ 对转 $m\,\theta_i$ 弧度，$\theta_i = \text{theta}^{-2i/r}$，
+#   $r$ 是参与旋转的维数；转过之后，$q \cdot k$ 只和两者的距离有关。
+# - 配对方式是 **rotate-half**：第 $i$ 维和第 $i + r/2$ 维一对，$x' = x \odot \cos + \operatorname{rotate\_half}(x) \odot \sin$，
+#   `cos`、`sin` 表的前后两半是同一组角度。你在作业 04 写的 `rope_cos_sin` 和 `apply_rope` 就在「已给出」单元里。
 #
 # ### Qwen3.5 的三个特点
 #
 # - **只转 1/4。** `partial_rotary_factor = 0.25`：每个头 256 维里只有前 $r = 64$ 维旋转（32 对、32 个频率），
-#   后 192 维原样不动。这 192 维的点积和位置完全无关，专门做"内容是否匹配"；前 64 维负责"离得多远"。
-# - **theta 很大。** `rope_theta` $= 10^7$（LLaMA 原版是 $10^4$）。最慢的一对转一圈要约 $3.8 \times 10^7$ 个 token，
+#   后 192 维原样不动。后 192 维的点积和位置完全无关，只看内容；前 64 维的点积则同时取决于内容**和**距离——
+#   旋转过的维度照样携带内容，只是它们的匹配还要看两个 token 隔了多远。
+# - **theta 很大。** `rope_theta` $= 10^7$（Llama 2 用的是 $10^4$）。最慢的一对转一圈要约 $3.8 \times 10^7$ 个 token，
 #   远超 262,144 的最大上下文，长距离的位置也不会"转回原点"而混淆。
 # - **M-RoPE 在纯文本上就是普通 RoPE。** Qwen3.5 能看图，`config.json` 里有 `mrope_section = [11, 11, 10]`：
 #   32 个频率分给时间、高、宽三个坐标，图像 token 在三个方向上各有各的位置。文本 token 的三个坐标都等于它在序列里的位置，
-#   每个频率拿到的还是同一个 $m$，于是退化成普通的一维 RoPE。所以下面的 `rope_cos_sin` 只需要一串位置。
-#
-# ### 练习 2：`rope_cos_sin(positions, rotary_dim, theta)`
-#
-# 输入 `positions`：整数张量 `[T]`；返回 `(cos, sin)`，形状都是 `[T, rotary_dim]`，float32：
-#
-# 1. `inv_freq = theta ** (-arange(0, rotary_dim, 2) / rotary_dim)`，`[rotary_dim / 2]`；
-# 2. 角度 `freqs = positions[:, None] * inv_freq[None, :]`，`[T, rotary_dim / 2]`（或 `torch.outer`）；
-# 3. 拼成 `cat(freqs, freqs)`，`[T, rotary_dim]`，取 `cos` 和 `sin`。
-#
-# 提示：先把 `positions` 转成 float32；`torch.arange(0, rotary_dim, 2, dtype=torch.float32)`。
-
-# %% tags=["solution:rope_cos_sin"]
-def rope_cos_sin(positions: torch.Tensor, rotary_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """RoPE tables for rotate-half.
-
-    positions: [T] integer positions. Frequency i is theta^(-2i / rotary_dim), i < rotary_dim / 2.
-    Returns (cos, sin), each [T, rotary_dim] float32, the angle table being cat(freqs, freqs).
-    """
-    ### BEGIN SOLUTION
-    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim
-    inv_freq = theta ** (-exponents)                          # [rotary_dim / 2]
-    freqs = torch.outer(positions.float(), inv_freq)          # [T, rotary_dim / 2]: angle m * theta_i
-    angles = torch.cat([freqs, freqs], dim=-1)                # [T, rotary_dim]: both halves share the angles
-    return angles.cos(), angles.sin()
-    ### END SOLUTION
-
-
-# %% tags=["tests:rope_cos_sin"]
-cos_small, sin_small = rope_cos_sin(torch.arange(3), 4, 100.0)  # inv_freq = [1, 0.1]
-assert cos_small.shape == (3, 4) and sin_small.shape == (3, 4), \
-    f"3 个位置、rotary_dim 4，cos/sin 应是 (3, 4)，得到 {tuple(cos_small.shape)}、{tuple(sin_small.shape)}"
-assert cos_small.dtype == torch.float32, f"cos/sin 应是 float32，得到 {cos_small.dtype}"
-assert torch.allclose(cos_small[0], torch.ones(4)) and torch.allclose(sin_small[0], torch.zeros(4)), \
-    "位置 0 不旋转：cos 应全是 1、sin 应全是 0；cos 和 sin 是不是返回反了？"
-angles_2 = torch.tensor([2.0, 0.2, 2.0, 0.2])  # position 2: [2·1, 2·0.1] twice
-interleaved_2 = torch.tensor([2.0, 2.0, 0.2, 0.2])
-assert not torch.allclose(cos_small[2], interleaved_2.cos(), atol=1e-4), \
-    "角度是交错排列的 [a, a, b, b]：rotate-half 要的是 cat(freqs, freqs) = [a, b, a, b]"
-assert torch.allclose(cos_small[2], angles_2.cos(), atol=1e-4) and torch.allclose(sin_small[2], angles_2.sin(), atol=1e-4), \
-    f"位置 2 的角度应是 [2, 0.2, 2, 0.2]，cos 应约为 {angles_2.cos().tolist()}，得到 {cos_small[2].tolist()}"
-cos_q, sin_q = rope_cos_sin(torch.arange(6), 64, 1e7)
-assert cos_q.shape == (6, 64), f"Qwen3.5 的设置下应是 (6, 64)，得到 {tuple(cos_q.shape)}"
-print("✓ rope_cos_sin：小例子的角度和排列都对")
-
-### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
-grade("rope_cos_sin")
-### END HIDDEN TESTS
+#   每个频率拿到的还是同一个 $m$，于是退化成普通的一维 RoPE。所以 `rope_cos_sin` 只需要一串位置。
 
 # %% [markdown]
-# ### 练习 3：`apply_partial_rope(x, cos, sin)`
+# ### 练习 2：`apply_partial_rope(x, cos, sin)`
 #
 # `x` 是 `[B, H, T, D]`（query 或 key，已经把头移到了 T 前面），`cos`、`sin` 是 `[T, rotary_dim]`。
 # 返回和 `x` 同形状、同 dtype 的张量：
 #
-# - 前 `rotary_dim` 维：`x_rot * cos + rotate_half(x_rot) * sin`，其中 `rotate_half` 把 `x_rot` 对半切成 `x1, x2`，
-#   拼成 `cat(-x2, x1)`；
+# - 前 `rotary_dim` 维按 rotate-half 旋转（配对是在这 `rotary_dim` 维**之内**：第 $i$ 维和第 $i + \text{rotary\_dim}/2$ 维）；
 # - 其余 `D - rotary_dim` 维原样拼在后面。
 #
-# `rotary_dim` 从 `cos.shape[-1]` 读。`cos`、`sin` 是 float32，先 `.to(x.dtype)`，输出才能保持 bfloat16。
-# `[T, rotary_dim]` 和 `[B, H, T, rotary_dim]` 右对齐，能直接广播。
+# `rotary_dim` 从 `cos.shape[-1]` 读。作业 04 的 `apply_rope` 正好能转"最后一维的全部"，想想怎样只交给它前一段。
+# 输出要保持输入的 dtype。
 
 # %% tags=["solution:apply_partial_rope"]
 def apply_partial_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -316,11 +254,7 @@ def apply_partial_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) ->
     """
     ### BEGIN SOLUTION
     rotary_dim = cos.shape[-1]
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
-    x1, x2 = x_rot.chunk(2, dim=-1)
-    rotated = x_rot * cos + torch.cat([-x2, x1], dim=-1) * sin
-    return torch.cat([rotated, x_pass], dim=-1)
+    return torch.cat([apply_rope(x[..., :rotary_dim], cos, sin), x[..., rotary_dim:]], dim=-1)
     ### END SOLUTION
 
 
@@ -421,7 +355,30 @@ print(f"all {n_full} full-attention layers, bfloat16: {kv_per_token * n_full * 2
 # | 合并头 | `[B, T, H·D]` (2048) | `flatten(-2)` 或 `reshape` |
 # | `o_proj` | `[B, T, hidden]` (1024) | 回到残差流的宽度 |
 #
-# ### 练习 4：`Qwen35Attention(config)`
+# 画成数据流（和作业 05 一样，门乘在各头的注意力输出上，在 `o_proj` 之前；残差连接在这一层外面，门不碰它）：
+
+# %%
+gated_boxes = {
+    "x": (0, 6, "x  [B, T, hidden]（已过 input_layernorm）"),
+    "q": (-4, 4.5, "q_proj → 每个头 [query | 门]\nsplit_query_gate"),
+    "kv": (3, 4.5, "k_proj、v_proj\n[B, T, Hkv, D]"),
+    "qnorm": (-5, 3, "q_norm（零中心）"),
+    "knorm": (1.8, 3, "k_norm（零中心）"),
+    "rope": (-1.6, 1.5, "部分 RoPE：只转每个头的前 rotary_dim 维", "#fde3c8"),
+    "gqa": (4.2, 1.5, "repeat_kv：每组 KV 给 H/Hkv 个头"),
+    "attn": (0.6, 0, "因果（+ padding）注意力\nsoftmax(q·kᵀ/√D)·v  →  [B, H, T, D]"),
+    "gate": (-4.5, -1.5, "门 g = sigmoid(门分数)\n[B, T, H, D]", "#d9ead3"),
+    "mul": (0, -1.5, "逐维相乘：out ⊙ g", "#d9ead3"),
+    "o": (0, -3, "合并头 → o_proj → [B, T, hidden]"),
+}
+gated_arrows = [("x", "q"), ("x", "kv"), ("q", "qnorm", "query"), ("kv", "knorm", "key"), ("qnorm", "rope"),
+                ("knorm", "rope"), ("kv", "gqa", "value"), ("rope", "attn"), ("gqa", "attn"), ("q", "gate", "门"),
+                ("attn", "mul"), ("gate", "mul"), ("mul", "o")]
+plotting.flow_diagram(gated_boxes, gated_arrows, title="Qwen3.5 门控注意力层的一次前向", size=(13, 7.5))
+plt.show()
+
+# %% [markdown]
+# ### 练习 3：`Qwen35Attention(config)`
 #
 # `__init__(config)`：从 config 读 `hidden_size`、`num_attention_heads`、`num_key_value_heads`、`head_dim`、
 # `rms_norm_eps`，建六个子模块，**名字必须一字不差**，checkpoint 的键名才能对上：
@@ -433,13 +390,17 @@ print(f"all {n_full} full-attention layers, bfloat16: {kv_per_token * n_full * 2
 # | `o_proj` | `nn.Linear(H·D, hidden, bias=False)` | `[hidden, H·D]` |
 # | `q_norm`、`k_norm` | 你的 `ZeroCenteredRMSNorm(D, rms_norm_eps)` | `[D]` |
 #
-# `forward(x, cos, sin, attention_mask=None)`：按上表走一遍，返回 `[B, T, hidden]`。
+# 上表的十几步分成四个方法来写，`forward` 已经把它们串好了（`cos`、`sin` 由调用者算好传进来，这一层不用读 `rope_theta`）：
 #
-# - RoPE 的表由调用者算好传进来（`cos`、`sin` 是 `[T, rotary_dim]`），这一层不用读 `rope_theta`。
-# - 因果掩码**总要**加；`attention_mask` 不是 None 时，再用 `padding_mask` 转换后 `&` 上去。
-# - 调用你自己的 `apply_partial_rope` 和 `ZeroCenteredRMSNorm`，以及「已给出」单元里的
-#   `split_query_gate`、`repeat_kv`、`attention`、`causal_mask`、`padding_mask`、`apply_output_gate`。
-#   `attention` 已经除以了 $\sqrt D$。
+# 1. **`project(x)`**：投影和拆分，返回 query、门 `[B, T, H, D]` 和 key、value `[B, T, Hkv, D]`；
+# 2. **`position(query, key, cos, sin)`**：QK-Norm，把头移到 T 前面，再做部分 RoPE，返回 `[B, H, T, D]` 和 `[B, Hkv, T, D]`；
+# 3. **`attend(query, key, value, attention_mask)`**：GQA 加因果（和 padding）掩码的注意力，返回 `[B, H, T, D]`；
+#    `value` 还是 `[B, T, Hkv, D]`，要自己移头；因果掩码**总要**加，`attention_mask` 不是 None 时再 `&` 上 `padding_mask`；
+# 4. **`gate_and_project(out, gate)`**：输出门、合并头、`o_proj`，返回 `[B, T, hidden]`。
+#
+# 用你自己的 `apply_partial_rope` 和 `ZeroCenteredRMSNorm`，以及「已给出」单元里的 `split_query_gate`、`repeat_kv`、
+# `attention`、`causal_mask`、`padding_mask`、`apply_output_gate`。`attention` 已经除以了 $\sqrt D$。
+# 写完后，下面四个单元各检查一步；评分时只看 `forward` 的结果，但出错时会告诉你第一个和参考不一样的是哪一步。
 
 # %% tags=["solution:Qwen35Attention"]
 class Qwen35Attention(nn.Module):
@@ -467,33 +428,51 @@ class Qwen35Attention(nn.Module):
         self.k_norm = ZeroCenteredRMSNorm(self.head_dim, config.rms_norm_eps)
         ### END SOLUTION
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def project(self, x: torch.Tensor):
+        """Step 1: x [B, T, hidden] -> query, gate [B, T, H, D] and key, value [B, T, Hkv, D]."""
         ### BEGIN SOLUTION
-        seq_len = x.shape[1]
-        query, gate = split_query_gate(self.q_proj(x), self.num_heads, self.head_dim)  # [B, T, H, D] each
-        key = self.k_proj(x).unflatten(-1, (self.num_kv_heads, self.head_dim))         # [B, T, Hkv, D]
-        value = self.v_proj(x).unflatten(-1, (self.num_kv_heads, self.head_dim))       # [B, T, Hkv, D]
-
-        # QK-Norm per head, then heads before time, then rotate the first rotary_dim dims.
-        query = apply_partial_rope(self.q_norm(query).transpose(1, 2), cos, sin)  # [B, H, T, D]
-        key = apply_partial_rope(self.k_norm(key).transpose(1, 2), cos, sin)      # [B, Hkv, T, D]
-        value = value.transpose(1, 2)                                             # [B, Hkv, T, D]
-
-        n_rep = self.num_heads // self.num_kv_heads
-        key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)               # [B, H, T, D]
-
-        mask = causal_mask(seq_len)
-        if attention_mask is not None:
-            mask = mask & padding_mask(attention_mask)                            # [B, 1, T, T]
-        out, _ = attention(query, key, value, mask)                               # [B, H, T, D]
-
-        out = apply_output_gate(out.transpose(1, 2), gate)                        # [B, T, H, D]
-        return self.o_proj(out.flatten(-2))                                       # [B, T, hidden]
+        query, gate = split_query_gate(self.q_proj(x), self.num_heads, self.head_dim)
+        key = self.k_proj(x).unflatten(-1, (self.num_kv_heads, self.head_dim))
+        value = self.v_proj(x).unflatten(-1, (self.num_kv_heads, self.head_dim))
+        return query, gate, key, value
         ### END SOLUTION
 
+    def position(self, query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """Step 2: QK-Norm per head, heads before time, partial RoPE -> [B, H, T, D] and [B, Hkv, T, D]."""
+        ### BEGIN SOLUTION
+        query = apply_partial_rope(self.q_norm(query).transpose(1, 2), cos, sin)
+        key = apply_partial_rope(self.k_norm(key).transpose(1, 2), cos, sin)
+        return query, key
+        ### END SOLUTION
 
-# %% tags=["tests:Qwen35Attention"]
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """Step 3: causal (and padding) attention with shared KV heads -> [B, H, T, D]; value is [B, T, Hkv, D]."""
+        ### BEGIN SOLUTION
+        n_rep = self.num_heads // self.num_kv_heads
+        key, value = repeat_kv(key, n_rep), repeat_kv(value.transpose(1, 2), n_rep)
+        mask = causal_mask(query.shape[2])
+        if attention_mask is not None:
+            mask = mask & padding_mask(attention_mask)
+        out, _ = attention(query, key, value, mask)
+        return out
+        ### END SOLUTION
+
+    def gate_and_project(self, out: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """Step 4: out [B, H, T, D] gated by sigmoid(gate [B, T, H, D]), heads merged, o_proj -> [B, T, hidden]."""
+        ### BEGIN SOLUTION
+        return self.o_proj(apply_output_gate(out.transpose(1, 2), gate).flatten(-2))
+        ### END SOLUTION
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        query, gate, key, value = self.project(x)
+        query, key = self.position(query, key, cos, sin)
+        return self.gate_and_project(self.attend(query, key, value, attention_mask), gate)
+
+
+# %%
+# Check, step 1: projections and the per-head query / gate split.
 small = dataclasses.replace(config, hidden_size=24, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                             partial_rotary_factor=0.5)  # hidden 24 differs from H·D = 32 on purpose
 torch.manual_seed(0)
@@ -501,11 +480,64 @@ layer = Qwen35Attention(small)
 expected_shapes = {"q_proj.weight": (64, 24), "k_proj.weight": (16, 24), "v_proj.weight": (16, 24),
                    "o_proj.weight": (24, 32), "q_norm.weight": (8,), "k_norm.weight": (8,)}
 got_shapes = {name: tuple(t.shape) for name, t in layer.state_dict().items()}
-assert got_shapes == expected_shapes, \
-    f"子模块的名字和权重形状应是\n{expected_shapes}\n得到\n{got_shapes}"
+assert got_shapes == expected_shapes, f"子模块的名字和权重形状应是\n{expected_shapes}\n得到\n{got_shapes}"
 assert all(not isinstance(m, nn.Linear) or m.bias is None for m in layer.modules()), "投影层都不带 bias：bias=False"
 x_layer = torch.randn(2, 5, 24)
+with torch.no_grad():
+    query_1, gate_1, key_1, value_1 = layer.project(x_layer)
+    per_head = layer.q_proj(x_layer).view(2, 5, 4, 16)
+assert query_1.shape == gate_1.shape == (2, 5, 4, 8) and key_1.shape == value_1.shape == (2, 5, 2, 8), \
+    f"query、门应是 (2, 5, 4, 8)，key、value 应是 (2, 5, 2, 8)，得到 {tuple(query_1.shape)}、{tuple(gate_1.shape)}、" \
+    f"{tuple(key_1.shape)}、{tuple(value_1.shape)}"
+assert torch.allclose(query_1, per_head[..., :8]) and torch.allclose(gate_1, per_head[..., 8:]), \
+    "每个头 2D 个输出里前 D 个是 query、后 D 个是门：按头拆（split_query_gate），不是整个投影的前一半 / 后一半"
+print("✓ 第 1 步：投影和按头拆分 query / 门都对")
+
+# %%
+# Check, step 2: QK-Norm before RoPE, heads moved before time.
 cos_l, sin_l = rope_cos_sin(torch.arange(5), small.rotary_dim, small.rope_theta)
+with torch.no_grad():
+    layer.q_norm.weight.fill_(0.5)  # scales by 1 + 0.5
+    query_2, key_2 = layer.position(query_1, key_1, cos_l, sin_l)
+    normed_first = layer.q_norm(query_1)[:, 0]  # position 0: RoPE turns nothing there; [B, H, D]
+assert query_2.shape == (2, 4, 5, 8) and key_2.shape == (2, 2, 5, 8), \
+    f"应返回 [B, H, T, D] = (2, 4, 5, 8) 和 (2, 2, 5, 8)，得到 {tuple(query_2.shape)}、{tuple(key_2.shape)}：头移到 T 前面了吗？"
+assert torch.allclose(query_2[:, :, 0], normed_first, atol=1e-5), \
+    "位置 0 的 query 应正好是 q_norm 的输出（位置 0 不旋转）：先 q_norm 再 RoPE，乘的是 (1 + weight)"
+assert torch.allclose(query_2[..., 4:], layer.q_norm(query_1).transpose(1, 2)[..., 4:], atol=1e-5), \
+    "rotary_dim 之后的维不旋转，应和 q_norm 的输出一样：只转前 rotary_dim 维"
+assert not torch.allclose(query_2[:, :, 1, :4], layer.q_norm(query_1).transpose(1, 2)[:, :, 1, :4], atol=1e-3), \
+    "位置 1 的前 rotary_dim 维应该转过：RoPE 用上了吗？"
+print("✓ 第 2 步：先 QK-Norm 后部分 RoPE，形状也对")
+
+# %%
+# Check, step 3: causal attention with shared KV heads.
+with torch.no_grad():
+    out_3 = layer.attend(query_2, key_2, value_1, None)
+    changed = query_2.clone()
+    changed[:, :, -1] += 1.0
+    out_changed = layer.attend(changed, key_2, value_1, None)
+assert out_3.shape == (2, 4, 5, 8), f"attend 应返回 [B, H, T, D] = (2, 4, 5, 8)，得到 {tuple(out_3.shape)}"
+assert torch.allclose(out_3[:, :, 0], value_1[:, 0].repeat_interleave(2, dim=1), atol=1e-5), \
+    "第一个 token 只能看自己：它的输出应是自己的 value。query 头 h 读 KV 头 h // 2（repeat_interleave）了吗？因果掩码加上了吗？"
+assert torch.allclose(out_changed[:, :, :-1], out_3[:, :, :-1], atol=1e-6), "改了最后一个 query，前面的输出也变了"
+print("✓ 第 3 步：GQA 和因果掩码都对")
+
+# %%
+# Check, step 4: the gate multiplies each head before o_proj.
+with torch.no_grad():
+    shut = layer.gate_and_project(out_3, torch.full_like(gate_1, -30.0))
+    wide_open = layer.gate_and_project(out_3, torch.full_like(gate_1, 30.0))
+    no_gate = layer.o_proj(out_3.transpose(1, 2).flatten(-2))
+assert shut.shape == (2, 5, 24), f"应返回 [B, T, hidden] = (2, 5, 24)，得到 {tuple(shut.shape)}"
+assert shut.abs().max() < 1e-6, "门分数是 −30 时 sigmoid ≈ 0，输出应约为 0：门乘上了吗？过了 sigmoid 吗？"
+assert torch.allclose(wide_open, no_gate, atol=1e-5), \
+    "门全开（sigmoid ≈ 1）时应等于直接合并头再 o_proj：门是乘在 o_proj 之前吗？合并头前先把头移回 T 后面了吗？"
+print("✓ 第 4 步：门、合并头和 o_proj 都对")
+
+# %% tags=["tests:Qwen35Attention"]
+torch.manual_seed(0)
+layer = Qwen35Attention(small)
 with torch.no_grad():
     out_layer = layer(x_layer, cos_l, sin_l)
 assert out_layer.shape == (2, 5, 24), f"输出应是 [B, T, hidden] = (2, 5, 24)，得到 {tuple(out_layer.shape)}"
@@ -611,7 +643,7 @@ plt.show()
 # 每一行加起来是 1。至于每行把注意力分给了谁，用替身权重时是随机数造出来的（替身刻意让各个头的"看自己"程度不同），
 # 没有语言学含义。
 #
-# 作为对照，种子教材用**真实权重**、同样只经过嵌入和归一化的输入，**报告**的第 0 个头是（本 notebook 无法复现，
+# 作为对照，那本讲 Qwen3.5 的书用**真实权重**、同样只经过嵌入和归一化的输入，**报告**的第 0 个头是（本 notebook 无法复现，
 # 除非你加载了真模型）：
 #
 # | query \ key | 今天 | 天气 | 不错 | ， | 我们去 | 公园 |
@@ -623,8 +655,9 @@ plt.show()
 # | 我们去 | 0.05 | 0.01 | 0.00 | 0.43 | 0.50 | |
 # | 公园 | 0.00 | 0.00 | 0.13 | 0.21 | 0.06 | 0.60 |
 #
-# 真实的头 0 大多在看**前一个** token：「不错」把 97% 给了「天气」，和作业 01 手算的例子是同一个意思。
-# 8 个头并排看：
+# 真实的头 0 盯着**最近的一两个位置**：「不错」把 97% 给了前一个 token「天气」，「，」把 76% 给了「不错」——和作业 01 手算的例子
+# 是同一个意思；而「天气」「我们去」「公园」的大部分注意力留在了自己身上。书里说它"偏向看前一个 token"，表里的数字说得更准确：
+# 前一个或自己。8 个头并排看：
 
 # %%
 fig, axes = plt.subplots(2, 4, figsize=(18, 8))
@@ -671,7 +704,7 @@ print(f"gates below 0.1    : {(gate_values < 0.1).float().mean():.0%}")
 # 同一个头对不同 token 开得不一样，不同的头平均开度也不一样——这正是门的用法：由当前 token 决定每个头这次说多少。
 # 用替身权重时，这些开度是生成替身时设定的随机分布，不是训练出来的。
 #
-# 真实模型的情况（种子教材**报告**的，要把整个模型拼起来、喂进真实的中间结果才能量）：6 个全注意力层的平均门只有
+# 真实模型的情况（那本书**报告**的，要把整个模型拼起来、喂进真实的中间结果才能量）：6 个全注意力层的平均门只有
 # 0.07～0.19；第 15 层的门均值 0.12，55% 的门小于 0.1。也就是说，训练好的模型里**门大多数时候是关着的**，
 # 每个头只在少数 token、少数维度上发言。
 
@@ -701,9 +734,27 @@ print(f"KV numbers cached per token: {kv_numbers:,} (8 full KV heads would need 
 # | 名字 | 做什么 | 要守住的细节 |
 # |---|---|---|
 # | `ZeroCenteredRMSNorm` | 除以均方根，乘 $(1 + w)$ | weight 初始化为 0；float32 里算；$\varepsilon$ 在根号里 |
-# | `rope_cos_sin` | RoPE 的 cos / sin 表 | `theta ** (-arange(0, r, 2) / r)`；`cat(freqs, freqs)` |
 # | `apply_partial_rope` | 旋转每个头的前 rotary_dim 维 | rotate-half `cat(−x2, x1)`；其余维原样保留 |
 # | `Qwen35Attention` | 整层门控注意力 | 按头拆 query / 门；先 norm 后 RoPE；`repeat_interleave`；门在 `o_proj` 之前 |
 #
-# Qwen3.5 的全注意力 = 多头注意力 + GQA（省 KV cache）+ QK-Norm（钉住分数尺度）+ 部分 RoPE（64 维管位置、192 维管内容）
-# + 输出门（让头可以不发言）。`q_proj` 两倍宽，每个头 512 个输出：前 256 个是 query，后 256 个是门。
+# Qwen3.5 的全注意力由五样东西组成：
+#
+# - 多头注意力；
+# - GQA，省 KV cache；
+# - QK-Norm，钉住分数的尺度；
+# - 部分 RoPE，每个头只有 64 维随位置旋转，其余 192 维的匹配和位置无关；
+# - 输出门，让头可以不发言。
+#
+# `q_proj` 两倍宽，每个头 512 个输出：前 256 个是 query，后 256 个是门。
+#
+# ### 思考题
+#
+# 如果把 Qwen3.5 的 GQA 换成 MQA（8 个 query 头共用 1 组 KV），每个 token 每层要存多少个数？代价是什么？
+
+# %% [markdown] tags=["answer:mqa_instead_of_gqa"]
+# ### BEGIN SOLUTION
+# $1 \times 256 \times 2 = 512$ 个（一个 key、一个 value），是现在 1,024 个的一半、8 个 KV 头的 MHA（4,096 个）的 1/8。
+# 代价是 8 个 query 头只能查同一组 key、取同一组 value：它们还能用不同的 query 去问，但能取回的内容是同一份，表达能力下降，
+# 实测的质量损失也比 GQA 明显。GQA 是两者之间的折中；作业 04 的 MLA 是另一条路：缓存一个低维的潜在向量，
+# 每个头的 key 和 value 仍然各不相同。
+# ### END SOLUTION
