@@ -89,6 +89,7 @@ class Verdict:
     summary: str  # one line
     details: str = ""
     grader_problem: bool = False  # the grader could not judge this exercise; not the student's doing
+    mistake: str = ""  # the known mistake the code matches, when one does (for a class's table of mistakes)
 
     @property
     def passed(self) -> bool:
@@ -234,8 +235,8 @@ def _crash_message(detail: dict) -> str:
 def grade(exercise: Exercise, cells: list[Cell], sandbox: Sandbox | None = None,
           timeout_s: float = limits.EXERCISE_TIMEOUT_S) -> Verdict:
     """Grade ``exercise`` against the student's code ``cells``: full points or none, with a message."""
-    def fail(summary: str, details: str = "") -> Verdict:
-        return Verdict(exercise.name, 0, exercise.points, summary, details)
+    def fail(summary: str, details: str = "", mistake: str = "") -> Verdict:
+        return Verdict(exercise.name, 0, exercise.points, summary, details, mistake=mistake)
 
     cases = exercise.cases()
     job = {"exercise": exercise.definition, "call": exercise.call.__name__,
@@ -274,12 +275,12 @@ def _judge(exercise: Exercise, cases: list[Case], outcomes: list, fail) -> Verdi
                            None)
             if mistake:
                 lines.append(f"看起来是：{mistake.name}。{mistake.hint}")
-            return fail(_clean(info["summary"]), "\n".join(x for x in lines if x))
+            return fail(_clean(info["summary"]), "\n".join(x for x in lines if x), mistake.name if mistake else "")
         _, got, changed = outcome
         problem = check_output(exercise, case, got)
         if problem is None and changed:
             return fail(f"没有通过：{_MUTATED[0]}", f"用例：{case.label}\n调用之后，{'、'.join(map(_clean, changed))}"
-                                                 f"的值变了。\n看起来是：{_MUTATED[0]}。{_MUTATED[1]}")
+                                                 f"的值变了。\n看起来是：{_MUTATED[0]}。{_MUTATED[1]}", _MUTATED[0])
         if problem is None:
             continue
         text, kind = (problem.text, problem.kind) if isinstance(problem, Mismatch) else (problem, "values")
@@ -293,7 +294,8 @@ def _judge(exercise: Exercise, cases: list[Case], outcomes: list, fail) -> Verdi
             mistake = Mistake(*_MUTATED)
         if mistake:
             lines.append(f"看起来是：{mistake.name}。{mistake.hint}")
-        return fail(f"没有通过：{mistake.name if mistake else _MISMATCH_SUMMARY[kind]}", "\n".join(lines))
+        return fail(f"没有通过：{mistake.name if mistake else _MISMATCH_SUMMARY[kind]}", "\n".join(lines),
+                    mistake.name if mistake else "")
     if len(outcomes) < len(cases):
         return fail("评分进程没有跑完所有用例。")
     return Verdict(exercise.name, exercise.points, exercise.points, "通过")

@@ -30,6 +30,7 @@ def test_seeded_mistake_is_named(name, named, source):
     verdict = grade(EXERCISES[name], _code(notebook_code({name: source})))
     assert not verdict.passed
     assert named in verdict.message, verdict.message
+    assert named in verdict.mistake  # what a class's table of mistakes counts
     assert "用例：" in verdict.message
 
 
