@@ -1,5 +1,9 @@
 """pytest plugin for ``pytest autograder/``: which submission to grade, a score table, results.json.
 
+By default it grades the student's working copy ``work/`` when there is one (``course-work`` makes it),
+else ``release/``. Assignments a submission does not contain are "未提交": listed, not counted, unless
+``--require-all`` asks for strict totals (a class's submissions).
+
 The sandbox's fork server starts as this plugin loads, before the grader imports torch and the
 references, so that the two imports overlap. Every collected exercise ends up in the table and in
 results.json, whatever happens.
@@ -13,7 +17,7 @@ from pathlib import Path  # noqa: E402 - after the fork server's start, on purpo
 import pytest  # noqa: E402
 
 from autograder import exercise as grading  # noqa: E402
-from autograder.assignments import RELEASE  # noqa: E402
+from autograder.assignments import ASSIGNMENTS, REPO  # noqa: E402
 from autograder.notebook_file import NotebookError, read_code_cells  # noqa: E402
 from autograder.report import Scoreboard  # noqa: E402
 from autograder.sandbox.walls import describe_missing  # noqa: E402
@@ -27,9 +31,18 @@ EXPECTED = pytest.StashKey[dict]()
 def pytest_addoption(parser):
     group = parser.getgroup("attention course grading")
     group.addoption("--submission", default=None, metavar="PATH",
-                    help="a folder laid out like release/, one assignment folder, or one notebook (default: release/)")
+                    help="a folder laid out like release/, one assignment folder, or one notebook "
+                         "(default: work/ when it exists, else release/)")
     group.addoption("--results-json", default=None, metavar="FILE",
                     help="also write Gradescope-style results to FILE")
+    group.addoption("--require-all", action="store_true",
+                    help="count an assignment missing from the submission as zero instead of leaving it out")
+
+
+def default_submission() -> Path:
+    """The student's working copy when there is one, else the released notebooks."""
+    work = REPO / "work"
+    return work if work.is_dir() else REPO / "release"
 
 
 def pytest_configure(config):
@@ -57,15 +70,18 @@ def pytest_runtest_logreport(report):
 class Submission:
     """The notebooks being graded, each read once per run."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, require_all: bool = False):
         self.path = path
         self.root = path if path.is_dir() else path.parent
         self.found = notebooks(path)
+        self.require_all = require_all
         self._cells = {}
 
     def cells(self, assignment: str):
         if assignment not in self.found:
-            pytest.skip(f"{assignment} 不在这次提交里")
+            if self.require_all:
+                return NotebookError(f"{assignment} 未提交：{self.path} 里没有它的 notebook。")
+            pytest.skip(f"{assignment} 未提交")
         if assignment not in self._cells:
             notebook = self.found[assignment]
             try:
@@ -78,11 +94,15 @@ class Submission:
 
 @pytest.fixture(scope="session")
 def submission(pytestconfig) -> Submission:
-    path = Path(pytestconfig.getoption("submission") or RELEASE)
+    path = Path(pytestconfig.getoption("submission") or default_submission())
     try:
-        return Submission(path)
+        found = Submission(path, pytestconfig.getoption("require_all"))
     except SubmissionError as e:
         pytest.exit(str(e), returncode=4)
+    board = pytestconfig.stash[BOARD]
+    board.graded_folder = str(path)
+    board.not_submitted = [] if found.require_all else [a for a in ASSIGNMENTS if a not in found.found]
+    return found
 
 
 @pytest.fixture
@@ -114,7 +134,7 @@ def _complete(config) -> Scoreboard:
 
 def pytest_terminal_summary(terminalreporter, config):
     board = _complete(config)
-    if not board.verdicts:
+    if not board.verdicts and not board.not_submitted:
         return
     terminalreporter.section("评分 Score")
     for line in board.table():

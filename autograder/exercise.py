@@ -6,6 +6,7 @@ Student code never runs in this process: the sandbox hands back plain data (``ha
 validated before anything looks at it. This is the one definition of each check: ``pytest autograder/``,
 ``nbgrader autograde`` and the hidden-test cells of the source notebooks all end here.
 """
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -30,7 +31,8 @@ _MUTATED = ("原地修改了输入", "带下划线的操作（masked_fill_、add
 class Mistake:
     """A known mistake: a wrong implementation with the reference's signature (``fn``); where the wrong
     outputs vary too much to reproduce, a test of the student's output (``matches(case, got)``); or, for a
-    mistake that shows as an error rather than an output, a fragment of the error message (``error``)."""
+    mistake that shows as an error rather than an output, a pattern searched for in the error message and the
+    student's line it quotes (``error``, a regular expression)."""
 
     name: str
     hint: str
@@ -240,7 +242,7 @@ def grade(exercise: Exercise, cells: list[Cell], sandbox: Sandbox | None = None,
 
     cases = exercise.cases()
     job = {"exercise": exercise.definition, "call": exercise.call.__name__,
-           "cells": [(cell.label, cell.source) for cell in cells], "cases": cases}
+           "cells": [(cell.label, cell.source, cell.shown) for cell in cells], "cases": cases}
     try:
         answer = (sandbox or shared()).run(job, timeout_s)
     except SandboxError as e:
@@ -271,8 +273,8 @@ def _judge(exercise: Exercise, cases: list[Case], outcomes: list, fail) -> Verdi
             if info["summary"] == NOT_IMPLEMENTED:
                 return fail(NOT_IMPLEMENTED)
             lines = [f"用例：{case.label}", _clean(info["details"])]
-            mistake = next((m for m in exercise.mistakes if m.error and m.error in info["summary"] + info["details"]),
-                           None)
+            said = info["summary"] + "\n" + info["details"]
+            mistake = next((m for m in exercise.mistakes if m.error and re.search(m.error, said)), None)
             if mistake:
                 lines.append(f"看起来是：{mistake.name}。{mistake.hint}")
             return fail(_clean(info["summary"]), "\n".join(x for x in lines if x), mistake.name if mistake else "")

@@ -23,7 +23,7 @@ def _executed_cells() -> list[Cell]:
     shell = get_ipython()
     if shell is None:
         raise RuntimeError("grade() runs inside a Jupyter notebook.")
-    return [Cell(f"In[{n}]", source) for n, source in enumerate(shell.user_ns["In"]) if source]
+    return [Cell(f"In[{n}]", source, f"In [{n}]") for n, source in enumerate(shell.user_ns["In"]) if source]
 
 
 def grade(name: str) -> None:

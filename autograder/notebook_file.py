@@ -40,9 +40,9 @@ def read_bytes(path: Path, root: Path) -> bytes:
 
 
 def code_cells(nb) -> list[Cell]:
-    """The code cells of a parsed notebook, labelled by their position among code cells, without the
-    instructor's locked test cells (nbgrader grade cells), which hold no student code. The cells hold
-    at most ``limits.CODE_BYTES`` in all."""
+    """The code cells of a parsed notebook, labelled by their position among code cells and shown by their
+    ``In [n]`` number when the notebook was run, without the instructor's locked test cells (nbgrader grade
+    cells), which hold no student code. The cells hold at most ``limits.CODE_BYTES`` in all."""
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or nb.get("nbformat") != 4:
         raise NotebookError("这不是 nbformat 4 的 notebook（缺少 cells 列表或版本不对）。")
     cells, size, number = [], 0, 0
@@ -57,7 +57,9 @@ def code_cells(nb) -> list[Cell]:
             raise NotebookError(f"代码单元加起来超过了 {limits.CODE_BYTES // 2**20} MiB 的上限。")
         if _is_test_cell(cell):
             continue
-        cells.append(Cell(f"代码单元 #{number}", source))
+        count = cell.get("execution_count")
+        shown = f"In [{count}]" if isinstance(count, int) and not isinstance(count, bool) else f"第 {number} 个代码单元"
+        cells.append(Cell(f"代码单元 #{number}", source, shown))
     return cells
 
 
@@ -70,7 +72,12 @@ def _is_test_cell(cell: dict) -> bool:
 def read_code_cells(path: Path, root: Path | None = None) -> list[Cell]:
     """The code cells of the notebook at ``path`` (which must lie inside ``root``, its folder by default)."""
     path = Path(path)
-    data = read_bytes(path, root if root is not None else path.parent)
+    return parse_code_cells(read_bytes(path, root if root is not None else path.parent), path)
+
+
+def parse_code_cells(data: bytes, path) -> list[Cell]:
+    """The code cells of a notebook's bytes (read by ``read_bytes``, or taken out of a zip); ``path`` names
+    where they came from in messages."""
     try:
         nb = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:

@@ -17,10 +17,16 @@ _KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.
 
 @dataclass(frozen=True)
 class Cell:
-    """One code cell: ``label`` names it for the student (e.g. "代码单元 #3" or "In[7]")."""
+    """One code cell: ``label`` identifies it (unique, e.g. "代码单元 #3"); ``shown`` is how the student finds it
+    in JupyterLab ("In [7]" when the notebook was run, else its position), ``label`` when empty."""
 
     label: str
     source: str
+    shown: str = ""
+
+    @property
+    def where(self) -> str:
+        return self.shown or self.label
 
 
 @dataclass
@@ -32,13 +38,14 @@ class StudentCode:
     defined: dict[str, str] = field(default_factory=dict)  # top-level name -> label of its cell
     syntax_errors: dict[str, str] = field(default_factory=dict)  # label -> message
 
+    def cell(self, label: str) -> Cell | None:
+        return next((cell for cell in self.cells if cell.label == label), None)
+
     def line(self, label: str, lineno: int) -> str:
         """The text of line ``lineno`` of the cell called ``label`` ('' when unknown)."""
-        for cell in self.cells:
-            if cell.label == label:
-                lines = cell.source.splitlines()
-                return lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
-        return ""
+        cell = self.cell(label)
+        lines = cell.source.splitlines() if cell else []
+        return lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
 
 
 def _without_magics(source: str) -> str | None:
@@ -119,7 +126,7 @@ def missing_definition(code: StudentCode, name: str) -> str | None:
         return None
     for cell in code.cells:
         if cell.label in code.syntax_errors and re.search(rf"\b(def|class)\s+{name}\b", cell.source):
-            return (f"{cell.label} 有语法错误（{code.syntax_errors[cell.label]}），所以读不到 `{name}` 的定义。"
+            return (f"{cell.where} 有语法错误（{code.syntax_errors[cell.label]}），所以读不到 `{name}` 的定义。"
                     "请先修好语法错误。")
     close = difflib.get_close_matches(name, list(code.defined), n=3, cutoff=0.6)
     hint = f"找到了相近的名字：{', '.join(close)}。" if close else ""

@@ -13,6 +13,8 @@ class Scoreboard:
 
     def __init__(self):
         self.verdicts: dict[str, list[Verdict]] = defaultdict(list)
+        self.not_submitted: list[str] = []  # assignments the submission does not contain: listed, not counted
+        self.graded_folder = ""
 
     def add(self, assignment: str, verdict: Verdict) -> None:
         self.verdicts[assignment].append(verdict)
@@ -23,7 +25,7 @@ class Scoreboard:
 
     def table(self) -> list[str]:
         width = max((len(v.exercise) for vs in self.verdicts.values() for v in vs), default=10) + 2
-        lines = []
+        lines = [f"评分的文件夹 Graded: {self.graded_folder}"] if self.graded_folder else []
         for assignment, verdicts in self.verdicts.items():
             lines.append(assignment)
             for v in verdicts:
@@ -31,6 +33,8 @@ class Scoreboard:
                 lines.append(f"  {mark} {v.exercise:<{width}} {v.points:>2}/{v.max_points:<2}  {v.summary}")
             got, out_of = sum(v.points for v in verdicts), sum(v.max_points for v in verdicts)
             lines.append(f"    {'小计 subtotal':<{width}} {got:>2}/{out_of}")
+        for assignment in self.not_submitted:
+            lines.append(f"{assignment}  未提交 not submitted（不计入总分）")
         got, out_of = self.total()
         lines.append(f"总分 Total: {got}/{out_of}")
         return lines
@@ -42,7 +46,10 @@ class Scoreboard:
             for assignment, verdicts in self.verdicts.items() for v in verdicts
         ]
         score, _ = self.total()
-        write_atomically(Path(path), json.dumps({"score": score, "tests": tests}, ensure_ascii=False, indent=2))
+        results = {"score": score, "tests": tests}
+        if self.not_submitted:
+            results["output"] = "未提交（不计入总分）：" + "、".join(self.not_submitted)
+        write_atomically(Path(path), json.dumps(results, ensure_ascii=False, indent=2))
 
 
 def write_atomically(path: Path, text: str) -> None:

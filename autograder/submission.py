@@ -1,5 +1,6 @@
 """Find the notebook of each assignment in what a student hands in: a folder like ``release/``, one
-assignment folder, or one notebook."""
+assignment folder, or one notebook. An assignment with no folder, or no notebook in its folder, was not
+submitted: it is left out, not failed."""
 from pathlib import Path
 
 from autograder.assignments import ASSIGNMENTS, assignment_of
@@ -9,7 +10,7 @@ class SubmissionError(Exception):
     """The submission path cannot be graded at all; the message says why."""
 
 
-def _one_notebook(folder: Path, assignment: str) -> Path | str:
+def _one_notebook(folder: Path, assignment: str) -> Path | str | None:
     found = sorted(p for p in folder.glob("*.ipynb") if not p.name.startswith("."))
     if len(found) == 1:
         return found[0]
@@ -17,12 +18,12 @@ def _one_notebook(folder: Path, assignment: str) -> Path | str:
     if named:
         return named[0]
     if not found:
-        return f"{folder} 里没有 .ipynb 文件。"
+        return None
     return f"{folder} 里有好几个 notebook（{', '.join(p.name for p in found)}），请只留下要评分的那个，或命名为 {assignment}.ipynb。"
 
 
 def notebooks(path: Path) -> dict[str, Path | str]:
-    """Assignment -> its notebook, or a message saying why there is none."""
+    """Submitted assignment -> its notebook, or a message saying why it cannot be graded."""
     path = Path(path)
     if path.suffix == ".ipynb":
         assignment = assignment_of(path)
@@ -32,7 +33,7 @@ def notebooks(path: Path) -> dict[str, Path | str]:
         return {assignment: path}
     if not path.is_dir():
         raise SubmissionError(f"找不到 {path}：--submission 要指向一个 notebook 或一个像 release/ 那样的文件夹。")
-    if path.name in ASSIGNMENTS:
-        return {path.name: _one_notebook(path, path.name)}
-    return {name: _one_notebook(path / name, name) if (path / name).is_dir() else f"{path} 里没有 {name}/ 文件夹。"
-            for name in ASSIGNMENTS}
+    folders = {path.name: path} if path.name in ASSIGNMENTS else {
+        name: path / name for name in ASSIGNMENTS if (path / name).is_dir()}
+    found = {name: _one_notebook(folder, name) for name, folder in folders.items()}
+    return {name: notebook for name, notebook in found.items() if notebook is not None}

@@ -25,7 +25,7 @@ def digest(path):
 
 def test_release_stubs_fail_every_exercise_with_not_implemented(tmp_path):
     before = digest(released_path())
-    done = run_grader("--results-json", tmp_path / "results.json")
+    done = run_grader("--submission", released_path().parent.parent, "--results-json", tmp_path / "results.json")
     assert done.returncode == 1, done.stdout
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert results["score"] == 0

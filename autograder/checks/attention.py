@@ -2,6 +2,7 @@
 import torch
 
 from autograder.checks.inputs import dtype_name, generator, randn, three_tokens
+from autograder.checks.masked_softmax import uniform_when_blind
 from autograder.calls import Case
 from autograder.exercise import Exercise, Mistake
 from solutions.attention_basics import attention, attention_scores, causal_mask, masked_softmax, padding_mask
@@ -51,6 +52,10 @@ MISTAKES = (
             lambda q, k, v, m=None: _with_weights(torch.softmax(
                 attention_scores(q, k).masked_fill(~m if m is not None else torch.zeros((), dtype=torch.bool),
                                                    float("-inf")), dim=-2).nan_to_num(0.0), v)),
+    Mistake("用的 masked_softmax 在整行被遮住时没有给出全 0", "attention 调用的是你自己的 masked_softmax："
+            "整行都被遮住的 query（左侧 padding 的 pad 位置）应得到全 0 的权重和输出，它却给了均匀分布——"
+            "多半是用 −1e9 之类的大负数代替了真正的遮盖。先让 masked_softmax 通过，这一题会跟着通过。",
+            lambda q, k, v, m=None: _with_weights(uniform_when_blind(attention_scores(q, k), m), v)),
     Mistake("权重转置后才乘 V", "输出是 weights @ v：第 i 行权重混合所有 value。",
             lambda q, k, v, m=None: (masked_softmax(attention_scores(q, k), m).transpose(-2, -1) @ v,
                                      masked_softmax(attention_scores(q, k), m))),

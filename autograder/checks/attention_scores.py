@@ -45,6 +45,8 @@ MISTAKES = (
             lambda q, k: _unscaled(q, k) / math.sqrt(k.shape[-2])),
     Mistake("分数矩阵转置了（算成了 K·Qᵀ）", "第 i 行应该是第 i 个 query 对所有 key 的分数：q @ k.transpose(-2, -1)。",
             lambda q, k: attention_scores(k, q)),
+    Mistake("用了 k.T", "k.T 把所有维度倒过来：[B, H, T, D] 会变成 [D, T, H, B]，只有二维的 k 才碰巧对。"
+            "只交换最后两维：k.transpose(-2, -1)（或 k.mT）。", error=r"\bk\.T\b"),
 )
 
 EXERCISE = Exercise("attention_scores", 2, attention_scores, cases, MISTAKES)

@@ -43,7 +43,8 @@ def verify(case: Case, got: torch.Tensor) -> str | None:
     return None
 
 
-def _uniform_when_blind(scores, mask=None):
+def uniform_when_blind(scores, mask=None):
+    """Softmax with a big negative fill instead of a real mask: a fully masked row comes out uniform."""
     if mask is None:
         return torch.softmax(scores, dim=-1)
     return torch.softmax(scores.masked_fill(~mask, torch.finfo(scores.dtype).min), dim=-1)
@@ -61,7 +62,7 @@ MISTAKES = (
     Mistake("整行都被遮住时得到了 NaN", "一整行都是 −inf 时 softmax 是 0/0 = NaN：这样的行要直接输出全 0。",
             lambda s, m=None: torch.softmax(s if m is None else s.masked_fill(~m, float("-inf")), dim=-1)),
     Mistake("用一个很大的负数代替了真正的掩码", "填 −1e9 这样的数，整行都被遮住时会得到均匀分布而不是全 0；"
-            "被遮住的位置也要正好是 0。", _uniform_when_blind),
+            "被遮住的位置也要正好是 0。", uniform_when_blind),
     Mistake("在 softmax 之后才用 mask", "先把不能看的位置排除，再做 softmax；之后再清零会让每行加起来不到 1。",
             lambda s, m=None: torch.softmax(s, dim=-1) if m is None else torch.softmax(s, dim=-1).masked_fill(~m, 0.0)),
     Mistake("掩码用反了：遮住了 True 的位置", "约定 True = 可以看，要遮住的是 ~mask。",

@@ -182,7 +182,7 @@ SHARED = (  # mistakes both forward and forward_absorbed can make
             _variant(rescale=lambda self: 1 / (math.sqrt(self.nope) + math.sqrt(self.rope)))),
     Mistake("只用 √qk_nope_head_dim 缩放", SCALE_HINT, _variant(rescale=lambda self: self.nope ** -0.5)),
     Mistake("每个头各有一个 rope key", "rope key 是所有头共用的一份：kv_a_proj_with_mqa 输出 kv_lora_rank + qk_rope_head_dim 维，"
-            "缓存里每个位置也只多存这 qk_rope_head_dim 个数。", error="kv_a_proj_with_mqa.weight 的形状应是"),
+            "缓存里每个位置也只多存这 qk_rope_head_dim 个数。", error=r"kv_a_proj_with_mqa\.weight 的形状应是"),
     Mistake("rope key 没有旋转", "query 的 rope 部分和共用的 rope key 都要在各自的位置上转过：apply_rope(k_rope, cos, sin)，"
             "缓存里存的就是转过的 rope key。", _variant(compress=_unrotated_key)),
     Mistake("latent 没有做 RMSNorm", "kv_a_proj_with_mqa 切出来的 latent 先过 kv_a_layernorm，再进缓存、再升维。",

@@ -2,6 +2,7 @@
 case with the exercise's call protocol, and hand back plain data (tensors, numbers, strings, lists and
 dicts) for the grader to compare. Nothing here knows an expected output.
 """
+import ast
 import builtins
 import io
 import sys
@@ -61,13 +62,45 @@ def _student_frame(exc: BaseException, code: StudentCode):
     return function.co_filename, lineno, getattr(function, "co_qualname", function.co_name)
 
 
+def _location(frame, code: StudentCode) -> str:
+    """Where the error is, the way JupyterLab shows it: the function, its cell's In [n], the line."""
+    label, lineno, function = frame
+    cell = code.cell(label)
+    inside = "" if function == "<module>" else f"`{function}` 里，"
+    return f"出错位置：{inside}{cell.where if cell else label} 第 {lineno} 行：{code.line(label, lineno)}"
+
+
+def _assigned_in(code: StudentCode, name: str) -> str | None:
+    """The cell (as shown) whose top-level code assigns ``name``: a demo cell, which grading does not run."""
+    for cell in code.cells:
+        try:
+            tree = ast.parse(cell.source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in tree.body:
+            targets = [t for n in ast.walk(node) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For))
+                       for t in ([n.target] if not isinstance(n, ast.Assign) else n.targets)]
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
+                    isinstance(t, ast.Name) and t.id == name for target in targets for t in ast.walk(target)):
+                return cell.where
+    return None
+
+
+def _name_error(exc: NameError, code: StudentCode, where: str) -> dict:
+    name = getattr(exc, "name", None) or ""
+    demo = _assigned_in(code, name) if name else None
+    if demo:
+        why = (f"`{name}` 是在 {demo} 的演示代码里赋值的。评分时只运行 import、函数和类的定义以及全大写的常量，"
+               "不运行演示代码，所以函数里用不到它：把它作为参数传进来，或者在函数里算出来。")
+    else:
+        why = f"notebook 里没有定义 `{name}`：是不是拼写错了，或者忘了 import？"
+    return {"summary": f"运行出错：NameError：`{name}` 没有定义", "details": "\n".join(x for x in (why, where) if x)}
+
+
 def describe_error(exc: BaseException, code: StudentCode, name: str) -> dict:
     """A short Chinese summary of what the student's code raised, and where."""
     frame = _student_frame(exc, code)
-    where = ""
-    if frame:
-        label, lineno, _ = frame
-        where = f"出错位置：{label} 第 {lineno} 行：{code.line(label, lineno)}"
+    where = _location(frame, code) if frame else ""
     if isinstance(exc, NotImplementedError):
         # A function, or a method of a class, is the exercise itself or one it builds on.
         raised_in = frame[2].split(".")[0] if frame else name
@@ -78,6 +111,8 @@ def describe_error(exc: BaseException, code: StudentCode, name: str) -> dict:
         return {"summary": "代码调用了 exit() / sys.exit()：评分时不能退出进程。", "details": where}
     if isinstance(exc, MemoryError) or "allocate" in str(exc):
         return {"summary": "内存不够：代码申请的内存超出了评分的上限。是不是建了一个特别大的张量？", "details": where}
+    if isinstance(exc, NameError) and not isinstance(exc, UnboundLocalError):
+        return _name_error(exc, code, where)
     text = str(exc).strip().splitlines()
     first = text[0][:300] if text else ""
     return {"summary": f"运行出错：{type(exc).__name__}: {first}", "details": where}
@@ -136,7 +171,7 @@ def _call_each(call, student, cases: list, code: StudentCode, name: str) -> list
 def run(request: dict) -> dict:
     """The sandbox's answer to one job: the names the notebook defines, its syntax errors, and either an
     error while defining or one outcome per case (``["ok", output, changed inputs]`` or ``["error", info]``)."""
-    code = student_code([Cell(label, source) for label, source in request["cells"]])
+    code = student_code([Cell(*cell) for cell in request["cells"]])
     report = {"defined": dict(code.defined), "syntax_errors": dict(code.syntax_errors)}
     name = request["exercise"]
     if name not in code.defined:

@@ -1,0 +1,202 @@
+"""The notebooks as a student sees them: JupyterLab in headless Chromium, driven by Playwright.
+
+- A fresh working copy of 01: Run All stops at the first exercise's check, with NotImplementedError, and
+  nowhere else.
+- The solved source notebook of every assignment: Run All runs every cell without an error, and every
+  cell that shows a figure shows it.
+- The Chinese Markdown is drawn with a CJK font: asked of the browser (the fonts it really used for the
+  text), not assumed.
+
+Uses the system's Chromium (``.ci/run`` installs it, with a CJK font, when missing). Screenshots go to a
+folder that every failure message names.
+"""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.assignments import ASSIGNMENTS
+from autograder.release import build_source_notebook, source_file
+from course.workspace import copy_notebooks
+from tests.notebooks import released_path
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs the system's Chromium (.ci/run installs it)")
+TOKEN = "attention-course-browser-test"
+RUN_ALL_SECONDS = 240
+# Chromium on a closed network, as root in CI: no sandbox, no background connections.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
+                 "--disable-background-networking", "--disable-component-update"]
+# JupyterLab settings: every cell in the DOM (no windowing), no news or update checks.
+SETTINGS = {"@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+            "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
+                {"fetchNews": "false", "checkForUpdates": False}}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A JupyterLab server over a folder with a fresh working copy of 01 and every solved source notebook."""
+    root = tmp_path_factory.mktemp("lab")
+    copy_notebooks(released_path().parent.parent, root / "work")
+    for assignment in ASSIGNMENTS:
+        target = root / "solved" / assignment / f"{assignment}.ipynb"
+        target.parent.mkdir(parents=True)
+        nbformat.write(build_source_notebook(source_file(assignment), assignment), target)
+    settings = tmp_path_factory.mktemp("lab-settings")
+    for name, values in SETTINGS.items():
+        path = settings / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values), encoding="utf-8")
+    port = _free_port()
+    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings),
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path_factory.mktemp("lab-workspaces")),
+           "JUPYTER_CONFIG_DIR": str(tmp_path_factory.mktemp("jupyter-config"))}
+    log = (root / "server.log").open("w")
+    server = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}",
+                               "--ip=127.0.0.1", f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={root}"],
+                              cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2)
+            break
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                pytest.fail(f"JupyterLab did not start; its log: {root / 'server.log'}")
+            time.sleep(0.5)
+    yield url, root
+    server.terminate()
+    server.wait(timeout=30)
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("browser-screenshots")
+
+
+def open_notebook(browser, lab, relative: str):
+    url, _ = lab
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    # ?reset: a fresh workspace, so the notebook opened by an earlier test does not come back in another tab.
+    page.goto(f"{url}/lab/tree/{relative}?reset&token={TOKEN}", wait_until="domcontentloaded", timeout=120_000)
+    page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell", timeout=120_000)
+    page.wait_for_function("() => document.querySelector('.jp-Notebook-ExecutionIndicator') === null || "
+                           "document.querySelector('.jp-Notebook-ExecutionIndicator').dataset.status !== 'busy'",
+                           timeout=120_000)
+    return page
+
+
+def run_all(page) -> None:
+    """Run → Run All Cells, through the menu a student would use."""
+    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-item[data-command='runmenu:run-all']").click()
+
+
+CELLS = """() => [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell')].map(cell => ({
+    code: cell.classList.contains('jp-CodeCell'),
+    source: cell.querySelector('.cm-content') ? cell.querySelector('.cm-content').innerText : '',
+    prompt: cell.querySelector('.jp-InputArea-prompt') ? cell.querySelector('.jp-InputArea-prompt').innerText : '',
+    errors: [...cell.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
+        .map(e => e.innerText).filter(t => /Error|Traceback/.test(t)),
+    images: cell.querySelectorAll('.jp-OutputArea-output img').length,
+}))"""
+
+
+def cells(page) -> list[dict]:
+    return page.evaluate(CELLS)
+
+
+def wait_until(page, done, seconds: float, shot: Path, what: str):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = cells(page)
+        if done(found):
+            return found
+        time.sleep(1)
+    page.screenshot(path=str(shot), full_page=True)
+    pytest.fail(f"{what} did not finish within {seconds:g} s; screenshot: {shot}")
+
+
+def _executed(cell: dict) -> bool:
+    return bool(re.search(r"\[\d+\]", cell["prompt"]))
+
+
+def test_run_all_on_a_fresh_working_copy_stops_at_the_first_exercise(browser, lab, screenshots):
+    relative = f"work/{released_path().parent.name}/{released_path().name}"
+    page = open_notebook(browser, lab, relative)
+    run_all(page)
+    found = wait_until(page, lambda cs: any(c["errors"] for c in cs) and not any("*" in c["prompt"] for c in cs),
+                       RUN_ALL_SECONDS, screenshots / "fresh-01.png", "Run All on the fresh copy of 01")
+    page.screenshot(path=str(screenshots / "fresh-01.png"), full_page=True)
+    failing = [i for i, c in enumerate(found) if c["errors"]]
+    assert len(failing) == 1, f"errors in cells {failing}; screenshot: {screenshots / 'fresh-01.png'}"
+    first = failing[0]
+    assert "NotImplementedError" in found[first]["errors"][0], found[first]["errors"][0][-500:]
+    assert "attention_scores(" in found[first]["source"], "the stop is not the first exercise's check"
+    later = [c for c in found[first + 1:] if c["code"]]
+    assert later and not any(_executed(c) for c in later), "Run All went on after the first error"
+    page.close()
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_cell_of_a_solved_notebook_runs_and_shows_its_figures(browser, lab, screenshots, assignment):
+    page = open_notebook(browser, lab, f"solved/{assignment}/{assignment}.ipynb")
+    run_all(page)
+    shot = screenshots / f"solved-{assignment}.png"
+    found = wait_until(page, lambda cs: all(_executed(c) for c in cs if c["code"]), RUN_ALL_SECONDS, shot,
+                       f"Run All on the solved {assignment}")
+    page.screenshot(path=str(shot), full_page=True)
+    errors = [(i, c["errors"][0][-300:]) for i, c in enumerate(found) if c["errors"]]
+    assert not errors, f"errors in {assignment}: {errors}; screenshot: {shot}"
+    missing = [i for i, c in enumerate(found) if "plt.show()" in c["source"] and c["images"] == 0]
+    assert not missing, f"cells {missing} of {assignment} show no figure; screenshot: {shot}"
+    assert sum(c["images"] for c in found) >= 1
+    page.close()
+
+
+def test_chinese_markdown_is_drawn_with_a_cjk_font(browser, lab, screenshots):
+    page = open_notebook(browser, lab, f"work/{released_path().parent.name}/{released_path().name}")
+    heading = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedMarkdown h1").first
+    heading.wait_for(timeout=60_000)
+    assert re.search(r"[\u4e00-\u9fff]", heading.inner_text()), heading.inner_text()
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("DOM.enable")
+    cdp.send("CSS.enable")
+    root = cdp.send("DOM.getDocument", {"depth": -1})["root"]["nodeId"]
+    node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": ".jp-NotebookPanel:not(.lm-mod-hidden) "
+                                                                        ".jp-RenderedMarkdown h1"})["nodeId"]
+    fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
+    shot = screenshots / "heading-font.png"
+    heading.screenshot(path=str(shot))
+    cjk = [f for f in fonts if re.search(r"CJK|Han|Hei|Song|Ming|Noto Sans SC|PingFang|YaHei", f["familyName"])]
+    assert cjk and sum(f["glyphCount"] for f in cjk) > 0, \
+        f"the heading's Chinese was drawn with {fonts} — no CJK font (install fonts-noto-cjk); screenshot: {shot}"
+    page.close()

@@ -1,0 +1,102 @@
+"""A new student's first hour: a working copy of their own, grading only what they submitted, messages that
+point where JupyterLab does, and a doctor that says what the machine lacks."""
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from autograder.assignments import ASSIGNMENTS, EXERCISES, REPO
+from autograder.exercise import grade
+from autograder.notebook_source import Cell
+from course.workspace import copy_notebooks
+from tests.notebooks import ASSIGNMENT, filled, released_path, source_solutions, write_submission
+from tests.student_code import MISTAKES_01, notebook_code
+
+
+def run(*command, **kwargs):
+    return subprocess.run([str(c) for c in command], cwd=REPO, capture_output=True, text=True, **kwargs)
+
+
+def grader(*args):
+    return run(sys.executable, "-m", "pytest", "autograder/", "-p", "no:cacheprovider", *args)
+
+
+def test_course_work_copies_every_notebook_once_and_never_overwrites(tmp_path):
+    done = run("course-work", "--release", released_path().parent.parent, "--work", tmp_path / "work")
+    assert done.returncode == 0, done.stderr
+    copies = sorted((tmp_path / "work").glob("*/*.ipynb"))
+    assert [p.parent.name for p in copies] == sorted(p.parent.name for p in released_path().parent.parent.glob("*/*.ipynb"))
+    mine = copies[0]
+    mine.write_text("my work", encoding="utf-8")
+    copied, kept = copy_notebooks(released_path().parent.parent, tmp_path / "work")
+    assert not copied and mine in kept and mine.read_text(encoding="utf-8") == "my work"
+
+
+def test_grading_a_work_folder_counts_only_what_was_submitted(tmp_path):
+    work = tmp_path / "work"
+    write_submission(work, filled(source_solutions()))
+    results = tmp_path / "results.json"
+    done = grader("--submission", work, "--results-json", results)
+    assert done.returncode == 0, done.stdout
+    total = sum(e.points for e in ASSIGNMENTS[ASSIGNMENT])
+    assert f"总分 Total: {total}/{total}" in done.stdout and f"评分的文件夹 Graded: {work}" in done.stdout
+    others = [a for a in ASSIGNMENTS if a != ASSIGNMENT]
+    assert all(f"{a}  未提交" in done.stdout for a in others)
+    written = json.loads(results.read_text(encoding="utf-8"))
+    assert written["score"] == total and len(written["tests"]) == len(ASSIGNMENTS[ASSIGNMENT])
+    assert "未提交" in written["output"]
+    strict = grader("--submission", work, "--require-all")
+    assert strict.returncode == 1 and "未提交：" in strict.stdout
+    assert re.search(rf"总分 Total: {total}/(\d+)", strict.stdout).group(1) != str(total)
+
+
+def test_pytest_autograder_grades_the_work_folder_when_there_is_one():
+    work = REPO / "work"
+    if work.exists():
+        pytest.skip("this checkout already has a work/ folder of someone's")
+    try:
+        copy_notebooks(released_path().parent.parent, work)
+        done = grader("autograder/test_01_attention_basics.py")
+        assert f"评分的文件夹 Graded: {work}" in done.stdout, done.stdout
+    finally:
+        shutil.rmtree(work)
+
+
+def _message(exercise: str, source: str, shown: str = "In [7]") -> str:
+    verdict = grade(EXERCISES[exercise], [Cell("代码单元 #1", "lower = 3", "In [2]"),
+                                          Cell("代码单元 #2", notebook_code({exercise: source}), shown)])
+    assert not verdict.passed
+    return verdict.message
+
+
+def test_an_error_is_located_by_function_and_in_number():
+    message = _message("causal_mask", "def causal_mask(q_len, k_len=None):\n    x = 1\n    return x.shape\n")
+    assert "出错位置：`causal_mask` 里，In [7] 第" in message and "return x.shape" in message, message
+
+
+def test_a_demo_variable_inside_a_function_is_explained():
+    message = _message("causal_mask", "def causal_mask(q_len, k_len=None):\n"
+                                      "    return torch.ones(q_len, k_len or q_len).tril(lower).bool()\n")
+    assert "NameError：`lower` 没有定义" in message and "`lower` 是在 In [2] 的演示代码里赋值的" in message, message
+    assert "只运行 import、函数和类的定义" in message
+
+
+def test_k_dot_t_is_named():
+    message = _message("attention_scores", "def attention_scores(q, k):\n    return q @ k.T / math.sqrt(q.shape[-1])\n")
+    assert "看起来是：用了 k.T" in message, message
+
+
+def test_attention_names_a_masked_softmax_that_fills_with_a_big_negative_number():
+    big_negative = next(code for name, named, code in MISTAKES_01 if named == "用一个很大的负数代替了真正的掩码")
+    verdict = grade(EXERCISES["attention"], [Cell("代码单元 #1", notebook_code({"masked_softmax": big_negative}))])
+    assert verdict.mistake == "用的 masked_softmax 在整行被遮住时没有给出全 0", verdict.message
+
+
+def test_course_doctor_checks_the_machine_and_says_what_to_fix():
+    done = run("course-doctor")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for topic in ("torch", "评分沙箱", "matplotlib 的中文字体", "浏览器的中文字体", "nbgrader", "Qwen3.5"):
+        assert topic in done.stdout, (topic, done.stdout)
