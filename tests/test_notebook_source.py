@@ -65,10 +65,11 @@ def test_unreadable_notebooks_say_what_to_do(tmp_path):
 def test_cells_are_read_in_order_with_labels(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# hi"), nbformat.v4.new_code_cell("a = 1"),
-                nbformat.v4.new_code_cell("def f():\n    return 2")]
+                nbformat.v4.new_code_cell("def f():\n    return 2", execution_count=7)]
     path = tmp_path / "nb.ipynb"
     nbformat.write(nb, path)
-    assert read_code_cells(path) == [Cell("代码单元 #1", "a = 1"), Cell("代码单元 #2", "def f():\n    return 2")]
+    assert read_code_cells(path) == [Cell("代码单元 #1", "a = 1", "第 1 个代码单元"),
+                                     Cell("代码单元 #2", "def f():\n    return 2", "In [7]")]
 
 
 def test_hostile_notebook_files_are_refused_with_a_message(tmp_path):
