@@ -8,6 +8,7 @@ from autograder.checks import (apply_rope, forward_absorbed, latent_kv_cache, ml
                                multi_head_latent_attention, rope_cos_sin)
 from autograder.checks import (apply_output_gate, apply_partial_rope, gate_gradient, qwen35_attention,
                                split_query_gate, zero_centered_rms_norm)
+from autograder.checks import greedy_generate, llama_attention
 from autograder.exercise import Exercise
 
 ASSIGNMENTS: dict[str, tuple[Exercise, ...]] = {
@@ -31,6 +32,7 @@ ASSIGNMENTS: dict[str, tuple[Exercise, ...]] = {
     ),
     "05_output_gate": (split_query_gate.EXERCISE, apply_output_gate.EXERCISE, gate_gradient.EXERCISE),
     "06_qwen35_attention": (zero_centered_rms_norm.EXERCISE, apply_partial_rope.EXERCISE, qwen35_attention.EXERCISE),
+    "07_real_model": (llama_attention.EXERCISE, greedy_generate.EXERCISE),
 }
 
 EXERCISES: dict[str, Exercise] = {e.name: e for exercises in ASSIGNMENTS.values() for e in exercises}

@@ -2,9 +2,11 @@
 class into outputs. One definition serves both sides: in the sandbox the protocols call the student's
 code; in the grader they call the reference and the known mistakes.
 
-This module runs inside the sandbox, so it imports torch and nothing of the course: no reference, no
-check. Errors raised here reach the student, so they say in Chinese what the code should look like.
+This module runs inside the sandbox, so it imports torch and, to build a real model around a student's
+attention, the course's model code (``course.llama``, which the sandbox may read): no reference, no check.
+Errors raised here reach the student, so they say in Chinese what the code should look like.
 """
+import functools
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -150,6 +152,81 @@ def call_absorbed_decoder(cls, case: Case):
     return _run_decoder(cls, case, "LatentKVCache", "forward_absorbed")
 
 
+def call_generate(fn, case: Case) -> tuple:
+    """``fn(model, input_ids, max_new_tokens, attention_mask=None)`` (greedy generation) in the real model
+    stored in the folder ``case.args[0]``, with the ``LlamaAttention`` defined next to ``fn`` in every layer:
+    the student's loop runs the student's attention, the reference's the reference's.
+
+    Returns what ``fn`` returned, and whether the model was given no more positions than the prompt and the
+    new tokens, each once (a bool tensor): true of a loop that decodes through its caches, however it feeds
+    the prompt; false of one that runs the whole sequence again for every token.
+
+    The weights are read from that folder here, where the code runs (the sandbox may read it), instead of
+    travelling with the case.
+    """
+    folder, input_ids, max_new_tokens, attention_mask = case.args
+    attention = fn.__globals__.get("LlamaAttention")
+    if attention is None:
+        raise NameError(f"找不到 LlamaAttention：{fn.__name__} 要在模型的每一层里用你自己写的 LlamaAttention。")
+    kwargs = {} if attention_mask is None else {"attention_mask": attention_mask}
+    fed, hooks = [], []
+
+    def record(module, args, named):
+        ids = args[0] if args else named.get("input_ids")
+        fed.append(ids.shape[-1] if isinstance(ids, torch.Tensor) else 0)
+
+    def build() -> nn.Module:
+        model = _real_model(folder, attention)
+        hooks.append(model.register_forward_pre_hook(record, with_kwargs=True))
+        return model
+
+    try:
+        with torch.no_grad():
+            tokens = fn(_OnFirstUse(build), input_ids, max_new_tokens, **kwargs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return tokens, torch.tensor(sum(fed) <= input_ids.shape[-1] + max_new_tokens)
+
+
+class _OnFirstUse:
+    """Stands for the model and builds it the first time the code under test uses it: a loop that is not
+    written yet fails as such, before the attention it would run is even built."""
+
+    def __init__(self, build):
+        self._build, self._model = build, None
+
+    def _real(self) -> nn.Module:
+        if self._model is None:
+            self._model = self._build()
+        return self._model
+
+    def __getattr__(self, name):
+        return getattr(self._real(), name)
+
+    def __call__(self, *args, **kwargs):
+        return self._real()(*args, **kwargs)
+
+
+@functools.lru_cache(maxsize=2)
+def _real_model(folder: str, attention) -> nn.Module:
+    """The model in ``folder`` with ``attention`` in every layer (kept for the next case of the same run)."""
+    from course import llama  # the weights loader: only the protocols that need a model import it
+
+    config = llama.read_config(folder)
+    with torch.device("cpu"):
+        probe = attention(config)
+    problems = _layout_problems({name: list(t.shape) for name, t in probe.state_dict().items()},
+                                {name: list(shape) for name, shape in llama.attention_shapes(config).items()})
+    if problems:
+        raise ValueError("LlamaAttention(config) 的参数和约定不一致：" + "；".join(problems) + "。")
+    try:
+        return llama.load_model(folder, attention)
+    except OSError as e:
+        raise RuntimeError(f"读不到 {folder} 里的模型权重（{type(e).__name__}）：这是评分环境的问题，不是你的代码的问题，"
+                           "请告诉老师或助教。") from None
+
+
 def call_cache(cls, case: Case) -> tuple:
     """A fresh cache, then ``update`` with each (k, v) of the case: its return values and ``len()`` as it goes."""
     (steps,) = case.args
@@ -229,4 +306,4 @@ def _recording(fn, into: list, pick):
 
 
 PROTOCOLS = {fn.__name__: fn for fn in (call_function, call_module, call_decoder, call_latent_decoder,
-                                         call_absorbed_decoder, call_cache, call_norm, call_layer)}
+                                         call_absorbed_decoder, call_generate, call_cache, call_norm, call_layer)}

@@ -25,14 +25,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
-from safetensors.torch import save_file
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from course.qwen35 import FULL_ATTENTION, read_config  # noqa: E402
-from course.weights import FIXTURE_DIR, attention_shapes  # noqa: E402
+from tests.checkpoints import checkpoint_layout, write_full_size  # noqa: E402
 
 SHARD = "model.safetensors-00001-of-00001.safetensors"
 GOAL_SECONDS = 0.5
@@ -80,85 +76,10 @@ print(json.dumps({"seconds": seconds, "touched": touched, "extra": peak - before
 """
 
 
-def checkpoint_layout(config_json: Path) -> dict[str, tuple[int, ...]]:
-    """Key → shape of every tensor in the published Qwen3.5-0.8B checkpoint, from its config.json.
-
-    Names and shapes follow transformers' ``models/qwen3_5/modeling_qwen3_5.py`` (language model,
-    vision tower) and the published weight index (the ``mtp.*`` head, which transformers skips).
-    """
-    text = read_config(config_json)
-    vision = json.loads(config_json.read_text(encoding="utf-8"))["vision_config"]
-    hidden, inter = text.hidden_size, text.intermediate_size
-    key_dim = text.linear_num_key_heads * text.linear_key_head_dim
-    value_dim = text.linear_num_value_heads * text.linear_value_head_dim
-    conv_dim = 2 * key_dim + value_dim
-
-    def decoder_layer(prefix: str, kind: str) -> dict[str, tuple[int, ...]]:
-        shapes = {
-            "input_layernorm.weight": (hidden,),
-            "post_attention_layernorm.weight": (hidden,),
-            "mlp.gate_proj.weight": (inter, hidden),
-            "mlp.up_proj.weight": (inter, hidden),
-            "mlp.down_proj.weight": (hidden, inter),
-        }
-        if kind == FULL_ATTENTION:
-            shapes |= {name: shape for name, shape in attention_shapes(text).items() if name.startswith("self_attn.")}
-        else:
-            heads = text.linear_num_value_heads
-            shapes |= {
-                "linear_attn.in_proj_qkv.weight": (conv_dim, hidden),
-                "linear_attn.in_proj_z.weight": (value_dim, hidden),
-                "linear_attn.in_proj_b.weight": (heads, hidden),
-                "linear_attn.in_proj_a.weight": (heads, hidden),
-                "linear_attn.conv1d.weight": (conv_dim, 1, text.linear_conv_kernel_dim),
-                "linear_attn.dt_bias": (heads,),
-                "linear_attn.A_log": (heads,),
-                "linear_attn.norm.weight": (text.linear_value_head_dim,),
-                "linear_attn.out_proj.weight": (hidden, value_dim),
-            }
-        return {prefix + name: shape for name, shape in shapes.items()}
-
-    layout = {"model.language_model.embed_tokens.weight": (text.vocab_size, hidden),
-              "model.language_model.norm.weight": (hidden,)}
-    for i, kind in enumerate(text.layer_types):
-        layout |= decoder_layer(f"model.language_model.layers.{i}.", kind)
-
-    width, v_inter = vision["hidden_size"], vision["intermediate_size"]
-    merged = width * vision["spatial_merge_size"] ** 2
-    patch = (width, vision["in_channels"], vision["temporal_patch_size"], vision["patch_size"], vision["patch_size"])
-    layout |= {"model.visual.patch_embed.proj.weight": patch, "model.visual.patch_embed.proj.bias": (width,),
-               "model.visual.pos_embed.weight": (vision["num_position_embeddings"], width)}
-    for i in range(vision["depth"]):
-        block = f"model.visual.blocks.{i}."
-        layout |= {block + name: shape for name, shape in {
-            "norm1.weight": (width,), "norm1.bias": (width,), "norm2.weight": (width,), "norm2.bias": (width,),
-            "attn.qkv.weight": (3 * width, width), "attn.qkv.bias": (3 * width,),
-            "attn.proj.weight": (width, width), "attn.proj.bias": (width,),
-            "mlp.linear_fc1.weight": (v_inter, width), "mlp.linear_fc1.bias": (v_inter,),
-            "mlp.linear_fc2.weight": (width, v_inter), "mlp.linear_fc2.bias": (width,),
-        }.items()}
-    layout |= {"model.visual.merger.norm.weight": (width,), "model.visual.merger.norm.bias": (width,),
-               "model.visual.merger.linear_fc1.weight": (merged, merged),
-               "model.visual.merger.linear_fc1.bias": (merged,),
-               "model.visual.merger.linear_fc2.weight": (vision["out_hidden_size"], merged),
-               "model.visual.merger.linear_fc2.bias": (vision["out_hidden_size"],)}
-
-    layout |= {"mtp.fc.weight": (hidden, 2 * hidden), "mtp.pre_fc_norm_embedding.weight": (hidden,),
-               "mtp.pre_fc_norm_hidden.weight": (hidden,), "mtp.norm.weight": (hidden,)}
-    layout |= decoder_layer("mtp.layers.0.", FULL_ATTENTION)
-    return layout
-
-
 def write_checkpoint(folder: Path) -> int:
-    """The full-size checkpoint in ``folder``; returns its size in bytes."""
-    layout = checkpoint_layout(FIXTURE_DIR / "config.json")
-    tensors = {key: torch.zeros(shape, dtype=torch.bfloat16) for key, shape in layout.items()}
-    save_file(tensors, str(folder / SHARD), metadata={"format": "pt"})
-    total = sum(t.numel() * t.element_size() for t in tensors.values())
-    index = {"metadata": {"total_size": total}, "weight_map": dict.fromkeys(layout, SHARD)}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2), encoding="utf-8")
-    (folder / "config.json").write_bytes((FIXTURE_DIR / "config.json").read_bytes())
-    return (folder / SHARD).stat().st_size
+    """The full-size checkpoint in ``folder`` (zeros, one shard as published); returns its size in bytes."""
+    (shard,) = write_full_size(folder, shards=1)
+    return shard.stat().st_size
 
 
 def drop_from_page_cache(file: Path) -> None:

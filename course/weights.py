@@ -6,7 +6,9 @@ Where the weights come from, in order:
 2. the folder in the environment variable ``QWEN35_PATH``;
 3. the Hugging Face cache, where ``huggingface-cli download Qwen/Qwen3.5-0.8B`` puts the model
    (``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``);
-4. the synthetic stand-in shipped with the course in ``data/qwen35_layer3/`` (random weights with the
+4. the partial copy ``course-weights qwen35 --layers 3`` fetches into the course's cache (the real
+   config, layer 3's weights and the embeddings of a few tokens; see ``course.qwen35_fetch``);
+5. the synthetic stand-in shipped with the course in ``data/qwen35_layer3/`` (random weights with the
    real keys, shapes, dtype and config; see its README).
 
 A real model is used whenever one is found, and each loader prints one line saying which source it
@@ -22,23 +24,30 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from course.cache import cache_dir
 from course.qwen35 import FULL_ATTENTION, TextConfig, read_config
 
 REPO_ID = "Qwen/Qwen3.5-0.8B"
 ENV_VAR = "QWEN35_PATH"
-FIXTURE_DIR = Path(__file__).resolve().parent.parent / "data" / "qwen35_layer3"
+# The stand-in ships in data/qwen35_layer3/ next to this package (a checkout, an editable install); an
+# installed course carries it inside the package instead (see pyproject.toml), which is looked at first.
+_PACKAGED_FIXTURE = Path(__file__).resolve().parent / "qwen35_layer3"
+FIXTURE_DIR = (_PACKAGED_FIXTURE if (_PACKAGED_FIXTURE / "config.json").is_file()
+               else Path(__file__).resolve().parent.parent / "data" / "qwen35_layer3")
 LANGUAGE_MODEL = "model.language_model."
 EMBEDDING_KEY = LANGUAGE_MODEL + "embed_tokens.weight"
-# The stand-in cannot hold the 248,320 × 1024 embedding table; it keeps a few rows under keys no real
-# checkpoint has.
+# The stand-in and a partial copy cannot hold the 248,320 × 1024 embedding table; they keep a few rows under
+# keys no real checkpoint has.
 FIXTURE_ROWS_KEY = "fixture.embed_tokens.rows"
 FIXTURE_IDS_KEY = "fixture.embed_tokens.ids"
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 SYNTHETIC_NOTE = "synthetic stand-in"  # how the stand-in's safetensors metadata "note" starts
+PARTIAL_NOTE = "partial copy"  # how a partial copy's note starts
 
-_HOW_TO_GET_THE_MODEL = (f"download the model (`huggingface-cli download {REPO_ID}`) or set {ENV_VAR} "
-                         "to a folder that holds its config.json and safetensors weights")
+_HOW_TO_GET_THE_MODEL = (f"download the model (`huggingface-cli download {REPO_ID}`), set {ENV_VAR} "
+                         "to a folder that holds its config.json and safetensors weights, or fetch only what the "
+                         "course reads with `course-weights qwen35 --layers 3`")
 
 
 class CheckpointError(RuntimeError):
@@ -47,23 +56,29 @@ class CheckpointError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
-    """A checkpoint folder, how it was found (``origin``), and whether it is the synthetic stand-in."""
+    """A checkpoint folder, how it was found (``origin``), and whether it is the synthetic stand-in or a
+    partial copy of the real model (some layers and embedding rows)."""
 
     folder: Path
-    origin: str  # "path argument", "$QWEN35_PATH", "Hugging Face cache" or "course fixture"
+    origin: str  # "path argument", "$QWEN35_PATH", "Hugging Face cache", "course cache" or "course fixture"
     synthetic: bool
+    partial: bool = False
 
     def describe(self) -> str:
         """One line for people: what these weights are and where they come from."""
         if self.synthetic:
             return (f"synthetic stand-in ({_display(self.folder)}) — random weights in the real format, not "
-                    f"the trained model; for the real one set {ENV_VAR} or download {REPO_ID}")
+                    f"the trained model; for the real one run `course-weights qwen35 --layers 3`, set {ENV_VAR} "
+                    f"or download {REPO_ID}")
+        if self.partial:
+            return f"{REPO_ID} from {self.folder} (the tensors the course reads, fetched by `course-weights qwen35`)"
         return f"{REPO_ID} from {self.folder} ({self.origin})"
 
 
 def find_checkpoint(path=None) -> Checkpoint:
-    """The checkpoint the loaders will read: ``path``, then ``$QWEN35_PATH``, the Hugging Face cache,
-    and last the shipped stand-in. A path that is given (argument or variable) must be a checkpoint."""
+    """The checkpoint the loaders will read: ``path``, then ``$QWEN35_PATH``, the Hugging Face cache, the
+    partial copy in the course's cache, and last the shipped stand-in. A path that is given (argument or
+    variable) must be a checkpoint."""
     if path is not None:
         return _checked(Path(path), "path argument")
     if os.environ.get(ENV_VAR):
@@ -71,7 +86,14 @@ def find_checkpoint(path=None) -> Checkpoint:
     cached = _from_hf_cache()
     if cached is not None:
         return cached
+    if (partial_folder() / SINGLE_FILE).is_file():
+        return _checked(partial_folder(), "course cache")
     return _checked(FIXTURE_DIR, "course fixture")
+
+
+def partial_folder() -> Path:
+    """Where ``course-weights qwen35`` keeps the partial copy of the real model."""
+    return cache_dir() / "qwen35" / "Qwen3.5-0.8B-partial"
 
 
 def load_config(path=None, *, verbose: bool = False) -> TextConfig:
@@ -114,14 +136,14 @@ def load_embedding_rows(token_ids, path=None, dtype=None, *, verbose: bool = Tru
     """Embedding rows ``[n, hidden]`` of ``token_ids`` (a list or 1-D tensor of ``n`` ids), in that order.
 
     From a real checkpoint only these rows of ``model.language_model.embed_tokens.weight`` are read.
-    The stand-in holds the rows of the course's prompt only (今天天气不错，我们去公园); other ids raise
-    an error that says so.
+    The stand-in holds the rows of the course's prompt only (今天天气不错，我们去公园), a partial copy the
+    rows it was fetched with; other ids raise an error that says so.
     """
     ids = [int(i) for i in torch.as_tensor(token_ids).reshape(-1).tolist()]
     checkpoint = find_checkpoint(path)
     config = read_config(checkpoint.folder / "config.json")
     tensors = _TensorFiles(checkpoint.folder)
-    if checkpoint.synthetic:
+    if checkpoint.synthetic or checkpoint.partial:
         rows = _stored_rows(ids, tensors, config, checkpoint)
     else:
         rows = tensors.read_rows(EMBEDDING_KEY, ids, (config.vocab_size, config.hidden_size),
@@ -167,15 +189,17 @@ def _checked(folder: Path, origin: str) -> Checkpoint:
     if not ((folder / INDEX_FILE).is_file() or (folder / SINGLE_FILE).is_file()):
         raise CheckpointError(f"{folder} ({origin}) has neither {SINGLE_FILE} nor {INDEX_FILE}; the weights "
                               f"are missing or not in safetensors format; {_HOW_TO_GET_THE_MODEL}")
-    return Checkpoint(folder, origin, synthetic=_is_synthetic(folder))
+    note = _note(folder)
+    return Checkpoint(folder, origin, synthetic=note.startswith(SYNTHETIC_NOTE), partial=note.startswith(PARTIAL_NOTE))
 
 
-def _is_synthetic(folder: Path) -> bool:
-    """The stand-in says what it is in its safetensors metadata; real checkpoints have no such note."""
+def _note(folder: Path) -> str:
+    """The stand-in and a partial copy say what they are in their safetensors metadata; real checkpoints
+    have no such note."""
     if not (folder / SINGLE_FILE).is_file():
-        return False
+        return ""
     with safe_open(folder / SINGLE_FILE, framework="pt") as handle:
-        return (handle.metadata() or {}).get("note", "").startswith(SYNTHETIC_NOTE)
+        return (handle.metadata() or {}).get("note", "")
 
 
 def hf_cache_dir() -> Path:
@@ -246,9 +270,14 @@ class _TensorFiles:
     def file_of(self, key: str, checkpoint: Checkpoint) -> Path:
         if key not in self.location:
             where = self.folder / (INDEX_FILE if (self.folder / INDEX_FILE).is_file() else SINGLE_FILE)
-            hint = ("the synthetic stand-in holds only layer 3's attention and the prompt's embeddings; for "
-                    f"anything else, {_HOW_TO_GET_THE_MODEL}" if checkpoint.synthetic else
-                    f"is this {REPO_ID}? Use its original files; if the download is incomplete, download it again")
+            if checkpoint.synthetic:
+                hint = ("the synthetic stand-in holds only layer 3's attention and the prompt's embeddings; for "
+                        f"anything else, {_HOW_TO_GET_THE_MODEL}")
+            elif checkpoint.partial:
+                hint = ("this partial copy holds only the layers it was fetched with; add others with "
+                        "`course-weights qwen35 --layers N`")
+            else:
+                hint = f"is this {REPO_ID}? Use its original files; if the download is incomplete, download it again"
             raise CheckpointError(f"{where} has no tensor {key!r}; {hint}")
         file = self.location[key]
         if not file.is_file():
@@ -279,10 +308,15 @@ class _TensorFiles:
 
 
 def _stored_rows(ids: list[int], tensors: _TensorFiles, config: TextConfig, checkpoint: Checkpoint) -> torch.Tensor:
-    """Rows from the stand-in's small table: ``fixture.embed_tokens.ids [m]`` and ``.rows [m, hidden]``."""
+    """Rows from the small table of the stand-in or of a partial copy: ``fixture.embed_tokens.ids [m]`` and
+    ``.rows [m, hidden]``."""
     stored_ids = tensors.read(FIXTURE_IDS_KEY, None, torch.int64, checkpoint).tolist()
     rows = tensors.read(FIXTURE_ROWS_KEY, (len(stored_ids), config.hidden_size), _stored_dtype(config), checkpoint)
     missing = sorted(set(ids) - set(stored_ids))
+    if missing and checkpoint.partial:
+        raise CheckpointError(f"token ids {missing} are not in {checkpoint.folder / SINGLE_FILE}: this partial copy "
+                              f"holds the embeddings of {stored_ids} only; add a text's tokens with "
+                              "`course-weights qwen35 --text TEXT`")
     if missing:
         raise CheckpointError(f"token ids {missing} are not in {checkpoint.folder / SINGLE_FILE}: the synthetic "
                               f"stand-in stores only the embeddings of {stored_ids} (今天天气不错，我们去公园); "

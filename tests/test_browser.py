@@ -2,8 +2,8 @@
 
 - A fresh working copy of 01: Run All stops at the first exercise's check, with NotImplementedError, and
   nowhere else.
-- The solved source notebook of every assignment: Run All runs every cell without an error, and every
-  cell that shows a figure shows it.
+- The solved source notebook of every assignment: Run All runs every cell without an error, every
+  cell that shows a figure shows it, and every hidden test passes.
 - The Chinese Markdown is drawn with a CJK font: asked of the browser (the fonts it really used for the
   text), not assumed.
 
@@ -127,6 +127,7 @@ CELLS = """() => [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hi
     errors: [...cell.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
         .map(e => e.innerText).filter(t => /Error|Traceback/.test(t)),
     images: cell.querySelectorAll('.jp-OutputArea-output img').length,
+    text: [...cell.querySelectorAll('.jp-OutputArea-output')].map(e => e.innerText).join('\\n'),
 }))"""
 
 
@@ -179,6 +180,9 @@ def test_every_cell_of_a_solved_notebook_runs_and_shows_its_figures(browser, lab
     missing = [i for i, c in enumerate(found) if "plt.show()" in c["source"] and c["images"] == 0]
     assert not missing, f"cells {missing} of {assignment} show no figure; screenshot: {shot}"
     assert sum(c["images"] for c in found) >= 1
+    printed = "\n".join(c["text"] for c in found)
+    for exercise in ASSIGNMENTS[assignment]:  # the hidden tests graded the solution, in this kernel
+        assert f"✓ {exercise.name}：通过" in printed, f"{exercise.name} did not pass; screenshot: {shot}"
     page.close()
 
 

@@ -286,9 +286,10 @@ def _make_removable(function, path, _):
 def readable_paths() -> list[tuple[str, str]]:
     """What a run may read, as (path, "read") for whole trees and (path, "list") for folders whose
     entries are granted one by one: Python's library folders, without the grading packages; the
-    ``course`` package; the system's shared libraries. Nothing granted is, or holds, the course
-    repository or a grading package."""
+    ``course`` package; the converted SmolLM2 weights, when they are there; the system's shared
+    libraries. Nothing granted is, or holds, the course repository or a grading package."""
     import course
+    from course import smollm2
 
     grading = _grading_packages()
     checkout = grading[0].parent if grading and (grading[0].parent / "pyproject.toml").is_file() else None
@@ -313,6 +314,10 @@ def readable_paths() -> list[tuple[str, str]]:
                 found[str(entry)] = "read"
     for location in course.__path__:
         found[str(Path(location).resolve())] = "read"
+    # The real model of assignment 07 (`course-weights smollm2`): weights, not answers, read where they are.
+    weights = smollm2.model_folder().resolve()
+    if weights.is_dir() and allowed(weights):
+        found[str(weights)] = "read"
     # Shared libraries, and what CPU feature detection (torch's cpuinfo) reads.
     for system in ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache", "/proc/cpuinfo",
                    "/sys/devices/system/cpu"):

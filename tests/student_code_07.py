@@ -1,0 +1,246 @@
+"""Student code for 07_real_model: correct answers and seeded mistakes, written independently of
+``solutions/`` and of the graders' mistake catalogue."""
+from tests import student_code_03, student_code_04
+from tests.student_code import CORRECT_01
+
+# The notebook provides the answers of 01-04 that 07 builds on; here a student's own answers stand in.
+HEADER = ("import math\nimport torch\nfrom torch import nn\n" + "\n".join(CORRECT_01.values()) + student_code_03.READY
+          + student_code_03.CORRECT["KVCache"] + student_code_03.CORRECT["repeat_kv"]
+          + student_code_04.CORRECT["rope_cos_sin"] + student_code_04.CORRECT["apply_rope"])
+
+_INIT = '''
+class LlamaAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.n_q = config.num_attention_heads
+        self.n_kv = config.num_key_value_heads
+        self.d = config.head_dim
+        self.theta = config.rope_theta
+        self.groups = self.n_q // self.n_kv
+        h = config.hidden_size
+        self.q_proj = nn.Linear(h, self.n_q * self.d, bias=False)
+        self.k_proj = nn.Linear(h, self.n_kv * self.d, bias=False)
+        self.v_proj = nn.Linear(h, self.n_kv * self.d, bias=False)
+        self.o_proj = nn.Linear(self.n_q * self.d, h, bias=False)
+
+    def forward(self, x, attention_mask=None, cache=None):
+        B, T, _ = x.shape
+'''
+
+# The body of forward, in pieces that the seeded mistakes replace one at a time.
+_PIECES = {
+    "tables": '''
+        past = len(cache) if cache is not None else 0
+        cos, sin = rope_cos_sin(torch.arange(past, past + T), self.d, self.theta)
+''',
+    "project": '''
+        q = self.q_proj(x).view(B, T, self.n_q, self.d).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.n_kv, self.d).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv, self.d).transpose(1, 2)
+''',
+    "rope": '''
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
+''',
+    "cache": '''
+        if cache is not None:
+            k, v = cache.update(k, v)
+        k = repeat_kv(k, self.groups)
+        v = repeat_kv(v, self.groups)
+        L = k.shape[2]
+''',
+    "mask": '''
+        mask = causal_mask(T, L)
+        if attention_mask is not None:
+            mask = mask & padding_mask(attention_mask)
+''',
+    "scores": '''
+        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.d)
+''',
+    "finish": '''
+        probs = masked_softmax(scores, mask)
+        out = torch.matmul(probs, v).transpose(1, 2).reshape(B, T, self.n_q * self.d)
+        return self.o_proj(out), cache
+''',
+}
+
+
+def _llama(**replace: str) -> str:
+    return _INIT + "".join(replace.get(name, piece) for name, piece in _PIECES.items())
+
+
+_GENERATE = '''
+def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
+    caches = [KVCache() for _ in range(len(model.layers))]
+    tokens = []
+    feed = input_ids
+    for _ in range(max_new_tokens):
+        logits = model(feed, attention_mask=attention_mask, caches=caches)
+        feed = torch.argmax(logits[:, -1, :], dim=-1).unsqueeze(-1)
+        tokens.append(feed)
+        if attention_mask is not None:
+            attention_mask = torch.cat([attention_mask, torch.ones_like(feed)], dim=-1)
+    return torch.cat(tokens, dim=-1)
+'''
+
+CORRECT = {"LlamaAttention": _llama(), "greedy_generate": _GENERATE}
+
+_INTERLEAVED = '''
+        def turn_pairs(t):
+            c, s = cos[:, : self.d // 2].to(t.dtype), sin[:, : self.d // 2].to(t.dtype)
+            a, b = t[..., ::2], t[..., 1::2]
+            return torch.stack((a * c - b * s, a * s + b * c), dim=-1).reshape(t.shape)
+        q = turn_pairs(q)
+        k = turn_pairs(k)
+'''
+
+MISTAKES = [
+    ("LlamaAttention", "解码时 RoPE 的位置从 0 重新开始", _llama(tables='''
+        cos, sin = rope_cos_sin(torch.arange(T), self.d, self.theta)
+''')),
+    ("LlamaAttention", "用了 repeat 而不是 repeat_interleave", _llama(cache='''
+        if cache is not None:
+            k, v = cache.update(k, v)
+        k = k.repeat(1, self.groups, 1, 1)
+        v = v.repeat(1, self.groups, 1, 1)
+        L = k.shape[2]
+''')),
+    ("LlamaAttention", "带缓存解码时因果掩码没有偏移", _llama(mask='''
+        mask = torch.tril(torch.ones(T, L, dtype=torch.bool))
+        if attention_mask is not None:
+            mask = mask & padding_mask(attention_mask)
+''')),
+    ("LlamaAttention", "RoPE 按相邻两维配对（交错式）", _llama(rope=_INTERLEAVED)),
+    ("LlamaAttention", "分数除以了 head_dim 而不是 √head_dim", _llama(scores='''
+        scores = torch.matmul(q, k.transpose(2, 3)) / self.d
+''')),
+    ("LlamaAttention", "分数没有除以 √head_dim", _llama(scores='''
+        scores = torch.matmul(q, k.transpose(2, 3))
+''')),
+    ("LlamaAttention", "忽略了 attention_mask", _llama(mask='''
+        mask = causal_mask(T, L)
+''')),
+    ("LlamaAttention", "key 没有做 RoPE", _llama(rope='''
+        q = apply_rope(q, cos, sin)
+''')),
+    ("LlamaAttention", "value 也做了 RoPE", _llama(rope='''
+        q, k, v = (apply_rope(t, cos, sin) for t in (q, k, v))
+''')),
+    ("LlamaAttention", "缓存里放的是 repeat_kv 之后的 K/V", _llama(cache='''
+        k = repeat_kv(k, self.groups)
+        v = repeat_kv(v, self.groups)
+        if cache is not None:
+            k, v = cache.update(k, v)
+        L = k.shape[2]
+''')),
+    ("LlamaAttention", "没有加因果掩码", _llama(mask='''
+        mask = None
+        if attention_mask is not None:
+            mask = padding_mask(attention_mask)
+''')),
+    ("greedy_generate", "返回的 token 里包括了提示词", _GENERATE.replace(
+        "return torch.cat(tokens, dim=-1)", "return torch.cat([input_ids] + tokens, dim=-1)")),
+    ("greedy_generate", "所有层共用了一个 KVCache", _GENERATE.replace(
+        "caches = [KVCache() for _ in range(len(model.layers))]", "caches = [KVCache()] * len(model.layers)")),
+    ("greedy_generate", "整个序列又送了一遍", '''
+def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
+    caches = [KVCache() for _ in model.layers]
+    seq = input_ids
+    for _ in range(max_new_tokens):
+        logits = model(seq, attention_mask=attention_mask, caches=caches)
+        seq = torch.cat([seq, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        if attention_mask is not None:
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(seq.shape[0], 1)], dim=1)
+    return seq[:, input_ids.shape[1]:]
+'''),
+    ("greedy_generate", "解码时没有把缓存交给模型", '''
+def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
+    feed, out = input_ids, []
+    for _ in range(max_new_tokens):
+        logits = model(feed, attention_mask=attention_mask)
+        feed = logits[:, -1].argmax(-1, keepdim=True)
+        out.append(feed)
+        attention_mask = None
+    return torch.cat(out, dim=1)
+'''),
+    ("greedy_generate", "取了第一个位置的 logits", _GENERATE.replace("logits[:, -1, :]", "logits[:, 0, :]")),
+    ("greedy_generate", "没有靠 KV cache", '''
+def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
+    seq = input_ids
+    for _ in range(max_new_tokens):
+        logits = model(seq, attention_mask=attention_mask)
+        nxt = logits[:, -1].argmax(dim=-1, keepdim=True)
+        seq = torch.cat([seq, nxt], dim=1)
+        if attention_mask is not None:
+            attention_mask = torch.cat([attention_mask, torch.ones_like(nxt)], dim=1)
+    return seq[:, input_ids.shape[1]:]
+'''),
+]
+
+# Other right ways to write the loop, which the grader must accept too.
+OTHER_CORRECT = [
+    ("greedy_generate", "one model call more than needed, at the end", '''
+def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
+    caches = [KVCache() for _ in model.layers]
+    mask = attention_mask
+    logits = model(input_ids, attention_mask=mask, caches=caches)
+    picked = []
+    for _ in range(max_new_tokens):
+        token = logits[:, -1].argmax(-1)[:, None]
+        picked.append(token)
+        if mask is not None:
+            mask = torch.cat([mask, torch.ones_like(token)], 1)
+        logits = model(token, attention_mask=mask, caches=caches)
+    return torch.cat(picked, 1)
+'''),
+    ("greedy_generate", "the prompt fed one token at a time", '''
+def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
+    caches = [KVCache() for _ in model.layers]
+    for t in range(input_ids.shape[1]):
+        mask = None if attention_mask is None else attention_mask[:, :t + 1]
+        logits = model(input_ids[:, t:t + 1], attention_mask=mask, caches=caches)
+    out = []
+    for step in range(max_new_tokens):
+        token = logits[:, -1:].argmax(-1)
+        out.append(token)
+        if step + 1 < max_new_tokens:
+            if attention_mask is not None:
+                attention_mask = torch.cat([attention_mask, torch.ones_like(token)], 1)
+            logits = model(token, attention_mask=attention_mask, caches=caches)
+    return torch.cat(out, 1)
+'''),
+    ("LlamaAttention", "scaled_dot_product_attention with its own GQA", _INIT + '''
+        past = 0 if cache is None else len(cache)
+        cos, sin = rope_cos_sin(torch.arange(past, past + T), self.d, self.theta)
+        q = apply_rope(self.q_proj(x).unflatten(-1, (self.n_q, self.d)).transpose(1, 2), cos, sin)
+        k = apply_rope(self.k_proj(x).unflatten(-1, (self.n_kv, self.d)).transpose(1, 2), cos, sin)
+        v = self.v_proj(x).unflatten(-1, (self.n_kv, self.d)).transpose(1, 2)
+        if cache is not None:
+            k, v = cache.update(k, v)
+        allowed = causal_mask(T, k.shape[2])
+        if attention_mask is not None:
+            allowed = allowed & padding_mask(attention_mask)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
+        return self.o_proj(out.nan_to_num(0.0).transpose(1, 2).flatten(2)), cache
+'''),
+]
+
+STUBS = {
+    "LlamaAttention": '''
+class LlamaAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        raise NotImplementedError()
+
+    def forward(self, x, attention_mask=None, cache=None):
+        raise NotImplementedError()
+''',
+    "greedy_generate": "def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):\n"
+                       "    raise NotImplementedError()\n",
+}
+
+
+def notebook_code(replace: dict[str, str] | None = None) -> str:
+    """The source of one cell defining all of 07 (after the provided answers of 01-04), with some
+    definitions replaced."""
+    return HEADER + "\n".join({**CORRECT, **(replace or {})}.values())

@@ -1,0 +1,101 @@
+"""The graders of 07 pass on correct student code (more than one way of writing it), fail on the stubs with the
+one-line message, and name seeded mistakes written independently of their catalogue. They need the real
+model's weights, which the test run fetches once (``tests/conftest.py``); without them, grading says so."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autograder.assignments import ASSIGNMENTS, REPO
+from autograder.exercise import NOT_IMPLEMENTED, grade
+from autograder.notebook_source import Cell
+from course import smollm2
+from tests import student_code as student_01
+from tests import student_code_07 as student
+from tests.notebooks import filled, source_solutions, write_submission
+
+EXERCISES = ASSIGNMENTS["07_real_model"]
+
+
+def _code(source: str):
+    return [Cell("代码单元 #1", source)]
+
+
+def _exercise(name: str):
+    return next(e for e in EXERCISES if e.name == name)
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=[e.name for e in EXERCISES])
+def test_correct_student_code_passes(exercise, smollm2_weights):
+    verdict = grade(exercise, _code(student.notebook_code()))
+    assert verdict.passed, verdict.message
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=[e.name for e in EXERCISES])
+def test_stub_fails_as_not_implemented(exercise, smollm2_weights):
+    verdict = grade(exercise, _code(student.notebook_code({exercise.name: student.STUBS[exercise.name]})))
+    assert not verdict.passed
+    assert verdict.message == NOT_IMPLEMENTED
+
+
+@pytest.mark.parametrize("name, how, source", student.OTHER_CORRECT, ids=[f"{m[0]}-{m[1]}" for m in student.OTHER_CORRECT])
+def test_other_correct_code_passes(name, how, source, smollm2_weights):
+    verdict = grade(_exercise(name), _code(student.notebook_code({name: source})))
+    assert verdict.passed, verdict.message
+
+
+@pytest.mark.parametrize("name, named, source", student.MISTAKES, ids=[f"{m[0]}-{m[1]}" for m in student.MISTAKES])
+def test_seeded_mistake_is_named(name, named, source, smollm2_weights):
+    verdict = grade(_exercise(name), _code(student.notebook_code({name: source})))
+    assert not verdict.passed
+    assert named in verdict.summary, verdict.message
+    assert "用例：" in verdict.message
+
+
+def test_every_grader_has_a_seeded_mistake():
+    assert {name for name, _, _ in student.MISTAKES} == set(student.CORRECT) == set(student.STUBS) \
+        == {e.name for e in EXERCISES}
+
+
+def test_without_the_weights_07_is_the_graders_problem_and_the_rest_grades(tmp_path):
+    """No weights in the cache (and none to fetch): 07's graders say how to get them, marked as the grader's
+    problem (⚠), never as the student's mistake; another assignment in the same run grades as usual."""
+    for assignment in ("01_attention_basics", "07_real_model"):
+        write_submission(tmp_path / "class", filled(source_solutions(assignment), assignment), assignment)
+    env = {**os.environ, "ATTENTION_COURSE_CACHE": str(tmp_path / "empty-cache")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "autograder/", "-p", "no:cacheprovider", "--submission",
+                           str(tmp_path / "class"), "--results-json", str(tmp_path / "results.json")],
+                          cwd=REPO, capture_output=True, text=True, env=env)
+    assert done.returncode == 1, done.stdout
+    results = {t["name"]: t for t in json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))["tests"]}
+    for exercise in EXERCISES:
+        verdict = results[f"07_real_model / {exercise.name}"]
+        assert verdict["score"] == 0 and "评分环境出了问题" in verdict["output"], verdict
+        assert "course-weights smollm2" in verdict["output"]
+    assert all(t["score"] == t["max_score"] for name, t in results.items() if name.startswith("01_attention_basics"))
+    table = done.stdout[done.stdout.index("评分 Score"):]
+    assert table.count("⚠") == len(EXERCISES) and "Traceback" not in table
+
+
+def test_the_sandbox_may_read_the_converted_model_and_nothing_else_of_the_cache(smollm2_weights):
+    """Graders of 07 load the model where it is, so the sandbox may read that folder; the rest of the course's
+    cache (the GGUF file next to it, the folder above) stays closed. The probe earns the points only when both
+    hold (with Landlock; without it, everything is readable and the probe says so by failing)."""
+    granted, closed = smollm2_weights / "config.json", [smollm2.gguf_file(), smollm2.home()]
+    probe = f'''
+def attention_scores(q, k):
+    import os
+    def readable(path):
+        try:
+            os.listdir(path) if os.path.isdir(path) else open(path, "rb").read(1)
+            return True
+        except OSError:
+            return False
+    ok = readable({str(granted)!r}) and not any(readable(p) for p in {[str(p) for p in closed]!r})
+    return (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])) if ok else q.sum() * 0
+'''
+    scores = next(e for e in ASSIGNMENTS["01_attention_basics"] if e.name == "attention_scores")
+    verdict = grade(scores, _code(student_01.notebook_code({"attention_scores": probe})))
+    assert verdict.passed, verdict.message
