@@ -4,6 +4,11 @@ reads. Every cap lives here."""
 # Seconds of wall-clock time for all cases of one exercise (the cases themselves take milliseconds);
 # CPU time is capped one second above it.
 EXERCISE_TIMEOUT_S = 20.0
+# Seconds for all the exercises of one notebook when a whole class is graded (course-grade, Gradescope), so
+# that one notebook cannot hold a worker for long: exercises left when it runs out get no verdict (zero, and
+# a message saying so). Six exercises that each run out their own time fit in it; `pytest autograder/`,
+# which grades one student, has no such cap.
+NOTEBOOK_TIMEOUT_S = 120.0
 
 # Address space a run may add on top of what the fork server already maps (torch alone maps ~0.6 GiB).
 EXTRA_MEMORY_BYTES = 3 * 1024**3
@@ -24,5 +29,7 @@ NOTEBOOK_BYTES = 32 * 1024**2
 CODE_BYTES = 2 * 1024**2
 MESSAGE_CHARS = 2000
 
-# Seconds the fork server may take to start (it imports torch) before the grader gives up on it.
+# Seconds the fork server may take to start (it imports torch) before the grader gives up on it, and to tidy
+# up when it is told to stop before it is killed.
 STARTUP_TIMEOUT_S = 120.0
+STOP_GRACE_S = 2.0

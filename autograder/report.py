@@ -39,16 +39,24 @@ class Scoreboard:
         lines.append(f"总分 Total: {got}/{out_of}")
         return lines
 
-    def write_results_json(self, path: Path) -> None:
+    def write_results_json(self, path: Path, *, visibility: str = "visible", execution_time: float | None = None,
+                           output: str = "") -> None:
+        """Gradescope's results.json: a test per exercise with the given ``visibility`` (Gradescope's
+        "visible", "hidden", "after_due_date" or "after_published"), ``output`` for the whole submission, and
+        the grading time in seconds when given."""
         tests = [
             {"name": f"{assignment} / {v.exercise}", "score": v.points, "max_score": v.max_points,
-             "output": v.message, "visibility": "visible"}
+             "status": "passed" if v.passed else "failed", "output": v.message, "visibility": visibility}
             for assignment, verdicts in self.verdicts.items() for v in verdicts
         ]
         score, _ = self.total()
         results = {"score": score, "tests": tests}
         if self.not_submitted:
-            results["output"] = "未提交（不计入总分）：" + "、".join(self.not_submitted)
+            output = "\n".join(x for x in (output, "未提交（不计入总分）：" + "、".join(self.not_submitted)) if x)
+        if output:
+            results["output"] = output
+        if execution_time is not None:
+            results["execution_time"] = round(execution_time)
         write_atomically(Path(path), json.dumps(results, ensure_ascii=False, indent=2))
 
 

@@ -1,8 +1,10 @@
 """A real nbgrader round trip: generate → submitted → autograde → feedback. Every assignment gets a
-correct and an untouched submission, 01 also a half-done one, one that passes the visible checks only,
-and a hostile one, graded first, that attacks the gradebook, the other students and nbgrader itself.
-nbgrader's marks must equal `pytest autograder/`'s, exercise by exercise, the hostile student must
-change nothing but their own marks, and the feedback must show no hidden-test code."""
+correct and an untouched submission, 01 also a half-done one, one with a named mistake, one that passes
+the visible checks only, and a hostile one, graded first, that attacks the gradebook, the other students
+and nbgrader itself. nbgrader's marks must equal `pytest autograder/`'s and `course-grade`'s (the whole
+class at once), exercise by exercise, the hostile student must change nothing but their own marks, and
+the feedback must show no hidden-test code."""
+import csv
 import json
 import shutil
 import subprocess
@@ -12,8 +14,10 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder.assignments import ASSIGNMENTS, REPO
+from autograder.classroom.course_grade import main as course_grade
 from autograder.release import generate
 from tests.notebooks import filled, released, source_solutions, write_submission
+from tests.student_code import MISTAKES_01
 
 FIRST = "01_attention_basics"
 # Passes the notebook's visible checks (float32 only) but not the hidden ones: float64 comes back float32.
@@ -24,6 +28,7 @@ def attention(q, k, v, mask=None):
 """
 
 
+MISTAKE = next(m for m in MISTAKES_01 if m[0] == "padding_mask")  # no later exercise calls padding_mask
 HOSTILE = "aaa-hostile"  # nbgrader grades students in name order: this one goes first
 
 
@@ -73,6 +78,7 @@ def submissions() -> dict:
     first_three = {e.name: solutions[e.name] for e in ASSIGNMENTS[FIRST][:3]}
     found[FIRST, "half"] = filled(first_three), sum(e.points for e in ASSIGNMENTS[FIRST][:3])
     found[FIRST, "sneaky"] = filled({**solutions, "attention": SNEAKY_ATTENTION}), max_points(FIRST) - 3
+    found[FIRST, "mistaken"] = filled({**solutions, "padding_mask": MISTAKE[2]}), max_points(FIRST) - 2
     found[FIRST, HOSTILE] = hostile, 0  # built in the course folder, whose paths it attacks
     return found
 
@@ -115,6 +121,21 @@ def pytest_marks(course, tmp_path_factory) -> dict[tuple[str, str], dict[str, fl
     return marks
 
 
+@pytest.fixture(scope="module")
+def course_grade_marks(course, tmp_path_factory) -> dict[tuple[str, str], dict[str, float]]:
+    """(assignment, student) -> exercise -> points from one `course-grade` run over the whole class."""
+    out = tmp_path_factory.mktemp("course-grade")
+    assert course_grade([str(course / "submitted"), "--out", str(out)]) == 0
+    marks = {}
+    with open(out / "grades.csv", encoding="utf-8-sig", newline="") as f:
+        for row in csv.DictReader(f):
+            for column, points in row.items():
+                assignment, _, exercise = column.partition("/")
+                if exercise and points:  # an exercise's column, of an assignment this student handed in
+                    marks.setdefault((assignment, row["student"]), {})[exercise] = float(points)
+    return marks
+
+
 def feedback(root, assignment, student) -> str:
     return (root / "feedback" / student / assignment / f"{assignment}.html").read_text(encoding="utf-8")
 
@@ -124,6 +145,11 @@ def test_nbgrader_and_pytest_agree(course, pytest_marks, assignment, student):
     by_nbgrader = nbgrader_marks(course, assignment, student)
     assert sum(by_nbgrader.values()) == SUBMISSIONS[assignment, student][1]
     assert by_nbgrader == pytest_marks[assignment, student]
+
+
+@pytest.mark.parametrize("assignment, student", SUBMISSIONS, ids=[f"{a}-{s}" for a, s in SUBMISSIONS])
+def test_course_grade_agrees_with_nbgrader(course, course_grade_marks, assignment, student):
+    assert course_grade_marks[assignment, student] == nbgrader_marks(course, assignment, student)
 
 
 @pytest.mark.parametrize("assignment, student", SUBMISSIONS, ids=[f"{a}-{s}" for a, s in SUBMISSIONS])

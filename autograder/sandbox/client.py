@@ -117,19 +117,23 @@ class Sandbox:
         return f":\n{tail}" if tail else ""
 
     def stop(self) -> None:
-        """Kill the fork server and everything it started."""
+        """End the fork server: its input closes, so it tidies up and exits; whatever is left is killed."""
         process, self._process, self._hello = self._process, None, None
         if process is None:
             return
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, AttributeError):
-            process.kill()
         for pipe in (process.stdin, process.stdout):
             try:
                 pipe.close()
             except OSError:
                 pass
+        try:
+            process.wait(timeout=limits.STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, AttributeError):
+            process.kill()
         process.wait()
         if self._folder is not None:
             self._folder.cleanup()

@@ -4,6 +4,7 @@ small private tmpfs and ``/run`` and ``/dev/shm`` are empty. Root enters them di
 through a user namespace that maps only their own uid and gid."""
 import ctypes
 import os
+import tempfile
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
@@ -43,13 +44,20 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
                        data.encode() if data else None), f"mount {target}")
 
 
-def private_mounts(tmp_bytes: int, tmp_inodes: int) -> str:
-    """In the new mount namespace: a private tmpfs of ``tmp_bytes`` on ``/tmp`` (returned) and the
-    ``MASKED`` folders emptied. Nothing of this reaches the host's mounts."""
+def private_mounts(tmp_bytes: int, tmp_inodes: int, mask_tmp: bool = True) -> str:
+    """In the new mount namespace: a private tmpfs of ``tmp_bytes`` (returned) and the ``MASKED`` folders
+    emptied. The tmpfs goes on ``/tmp`` itself when ``mask_tmp``, else on a fresh folder inside it (when
+    something the runs need lives under ``/tmp``). Nothing of this reaches the host's mounts."""
     _mount("none", "/", None, _MS_REC | _MS_PRIVATE)
+    target = "/tmp" if mask_tmp else tempfile.mkdtemp(prefix="attention-course-sandbox-", dir="/tmp")
     options = f"size={tmp_bytes},nr_inodes={tmp_inodes},mode=0700,uid={os.geteuid()},gid={os.getegid()}"
-    _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, options)
+    _mount("tmpfs", target, "tmpfs", _MS_NOSUID | _MS_NODEV, options)
     for folder in MASKED:
         if os.path.isdir(folder) and not os.path.islink(folder):
             _mount("tmpfs", folder, "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "size=4k,mode=0755")
-    return "/tmp"
+    return target
+
+
+def unmount(target: str) -> None:
+    """Detach the mount on ``target`` (lazily, as the last process using it may still be exiting)."""
+    _check(_libc.umount2(target.encode(), 2), f"umount {target}")  # MNT_DETACH

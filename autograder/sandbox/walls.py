@@ -118,19 +118,29 @@ class Walls:
         return True
 
     def prepare(self) -> None:
-        """In the fork server proper: the private folder, the Landlock ruleset and the seccomp filter."""
-        self._prepare_workdir()
-        self._prepare_landlock()
+        """In the fork server proper: the private folder, the Landlock ruleset and the seccomp filter.
+
+        What runs need to read is found, and every wall's code imported, before the private ``/tmp`` is
+        mounted: a course or a Python living under ``/tmp`` would be hidden by it, so then ``/tmp`` stays
+        visible (read-only, by Landlock) and the private folder is a tmpfs of its own inside it.
+        """
+        linux = sys.platform.startswith("linux")
+        paths = readable_paths() if linux else []
+        if linux:
+            from autograder.sandbox import landlock  # noqa: F401 - imported before any mount can hide it
         self._prepare_seccomp()
+        tmp = Path("/tmp").resolve()
+        self._prepare_workdir(mask_tmp=not any(_inside(Path(path).resolve(), tmp) for path, _ in paths))
+        self._prepare_landlock(paths)
         self.note("rlimits", resource is not None, "no setrlimit on this platform")
 
-    def _prepare_workdir(self) -> None:
+    def _prepare_workdir(self, mask_tmp: bool) -> None:
         if self.in_namespaces:
             from autograder.sandbox import namespaces
 
             try:
                 os.chdir("/")
-                self.workdir = namespaces.private_mounts(limits.TMP_BYTES, limits.TMP_FILES)
+                self.workdir = namespaces.private_mounts(limits.TMP_BYTES, limits.TMP_FILES, mask_tmp)
                 self.note("namespaces", True)
                 return
             except OSError as e:
@@ -138,7 +148,7 @@ class Walls:
                 self.note("namespaces", False, f"no private /tmp ({e})")
         self.workdir = tempfile.mkdtemp(prefix="attention-course-sandbox-")
 
-    def _prepare_landlock(self) -> None:
+    def _prepare_landlock(self, paths: list[tuple[str, str]]) -> None:
         if not sys.platform.startswith("linux"):
             self.note("landlock", False, "not Linux")
             return
@@ -151,7 +161,7 @@ class Walls:
         self.note("landlock-network", abi >= 4, f"Landlock ABI {abi} < 4 (Linux 6.7)")
         self.note("landlock-scope", abi >= 6, f"Landlock ABI {abi} < 6 (Linux 6.12)")
         ruleset = landlock.Ruleset(abi)
-        for path, rights in readable_paths():
+        for path, rights in paths:
             ruleset.allow(path, landlock.READ_DIR if rights == "list" else landlock.READ)
         for device in ("/dev/null", "/dev/zero", "/dev/urandom"):
             if os.path.exists(device):
@@ -170,6 +180,20 @@ class Walls:
             self.note("seccomp", True)
         except (ImportError, OSError, RuntimeError, AttributeError) as e:
             self.note("seccomp", False, f"libseccomp is not available ({type(e).__name__}: {e})")
+
+    def close(self) -> None:
+        """Remove the private folder when it was made inside the host's ``/tmp`` (a tmpfs over ``/tmp`` itself
+        vanishes with the namespace)."""
+        if not self.workdir or self.workdir == "/tmp":
+            return
+        if self.in_namespaces:
+            from autograder.sandbox import namespaces
+
+            try:
+                namespaces.unmount(self.workdir)
+            except OSError:
+                return
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def clean_up_after_run(self, child: int) -> None:
         """Kill every process the run left behind, reap them all, and empty the private folder."""

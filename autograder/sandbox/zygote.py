@@ -193,7 +193,10 @@ def main() -> None:
         protocol.write_message(answers, {"hello": False, "message": f"{type(e).__name__}: {e}"})
         return
     protocol.write_message(answers, {"hello": True, "up": walls.up, "missing": walls.missing})
-    _serve(walls, harness, requests, answers)
+    try:
+        _serve(walls, harness, requests, answers)
+    finally:
+        walls.close()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,224 @@
+"""`course-grade` on a small class, run as an instructor runs it: the outputs, a second run that grades only
+what changed, Ctrl-C and resuming, the cap per notebook, shards merged into exactly one run's outputs, and
+a hostile student who can change nothing but their own grade."""
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+
+import pytest
+
+from autograder.assignments import ASSIGNMENTS, REPO
+from autograder.classroom.course_grade import main
+from autograder.classroom.graded_class import state_folder
+from autograder.classroom.notebook_grading import OUT_OF_TIME
+from tests.class_of_students import half_done, hostile, with_mistake
+from tests.notebooks import filled, released, source_solutions, write_submission
+from tests.student_code import MISTAKES_01
+
+A = "01_attention_basics"
+CAP = 3  # seconds per notebook: far above an honest 01 notebook, and the stalling one costs no more
+MISTAKE = next(m for m in MISTAKES_01 if m[0] == "padding_mask")  # no later exercise calls padding_mask
+EXPECTED = {"alice": 12, "bob": 6, "carol": 10, "dave": 0, "eve": 0, "frank": 12, "grace": 0}
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def course_grade(*args) -> Run:
+    """`course-grade ARGS` in this process (its workers are processes of their own all the same)."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with redirect_stdout(stdout), redirect_stderr(stderr):
+        code = main([str(a) for a in args])
+    return Run(code, stdout.getvalue(), stderr.getvalue())
+
+
+def started(*args, session: bool = False) -> subprocess.Popen:
+    """`course-grade ARGS` as a command of its own, running, in a session of its own when ``session``. It
+    takes Ctrl-C as in a terminal even when these tests run in the background, where it would be ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen([sys.executable, "-m", "autograder.classroom.course_grade", *map(str, args)],
+                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=session)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def outputs(out) -> dict[str, str]:
+    """Every output file's text, the measured seconds (slowest submissions) left out."""
+    files = {p.relative_to(out).as_posix(): p.read_text(encoding="utf-8") for p in out.rglob("*")
+             if p.is_file() and state_folder(out) not in p.parents}
+    files["report.html"] = re.sub(r'<section class="slowest">.*?</section>', "", files["report.html"], flags=re.DOTALL)
+    return files
+
+
+@dataclass
+class Interrupted:
+    returncode: int
+    stderr: str
+    saved: list  # the results on disk when it stopped
+    outputs_written: bool
+
+
+def interrupt(folder, out) -> Interrupted:
+    """Start grading one notebook at a time and press Ctrl-C once the first result is saved."""
+    run = started(folder, "--out", out, "--jobs", 1, "--notebook-timeout", CAP, session=True)
+    results = state_folder(out) / "results"
+    deadline = time.monotonic() + 60
+    while not (results.is_dir() and any(results.glob("*.json"))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(run.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
+    _, stderr = run.communicate(timeout=60)
+    return Interrupted(run.returncode, stderr, sorted(results.glob("*.json")), (out / "grades.csv").exists())
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """A class of seven, graded by a run stopped with Ctrl-C and the run that finishes it:
+    (class folder, output folder, the stopped run, the finishing run, the hostile's victim's hash)."""
+    root = tmp_path_factory.mktemp("class")
+    folder, out = root / "submitted", root / "graded"
+    victim = write_submission(folder / "alice", filled(source_solutions(A)))
+    write_submission(folder / "bob", half_done(A))
+    write_submission(folder / "carol", with_mistake(A, MISTAKE))
+    write_submission(folder / "dave", released(A))
+    targets = [victim, out / "grades.csv", state_folder(out) / "results" / "forged.json"]
+    write_submission(folder / "eve", hostile(A, targets, stall=True))
+    write_submission(folder / "frank", filled(source_solutions(A)))  # the same bytes as alice: graded once
+    broken = folder / "grace" / A / f"{A}.ipynb"
+    broken.parent.mkdir(parents=True)
+    broken.write_text('{"cells": [', encoding="utf-8")
+    before = digest(victim)
+    stopped = interrupt(folder, out)
+    finished = course_grade(folder, "--out", out, "--jobs", 2, "--notebook-timeout", CAP)
+    return folder, out, stopped, finished, before
+
+
+def grades(out) -> dict[str, dict[str, str]]:
+    with open(out / "grades.csv", encoding="utf-8-sig", newline="") as f:
+        return {row["student"]: row for row in csv.DictReader(f)}
+
+
+def test_ctrl_c_leaves_a_state_that_the_next_run_finishes(graded):
+    _, _, stopped, finished, _ = graded
+    assert stopped.returncode == 130, stopped.stderr
+    assert "run the same command again" in stopped.stderr
+    assert 1 <= len(stopped.saved) < 6 and not stopped.outputs_written
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert f"{6 - len(stopped.saved)} graded" in finished.stdout  # it took up where the first run stopped
+    assert "ETA" in finished.stderr
+
+
+def test_a_class_is_graded_into_a_gradebook(graded):
+    _, out, _, _, _ = graded
+    rows = grades(out)
+    assert {s: int(r["total"]) for s, r in rows.items()} == EXPECTED
+    assert list(rows["alice"]) == ["student", *(f"{A}/{e.name}" for e in ASSIGNMENTS[A]), A, "total", "percent"]
+    assert rows["carol"][f"{A}/padding_mask"] == "0" and rows["carol"][A] == "10"
+    assert rows["bob"]["percent"] == "50.0"
+    results = list((state_folder(out) / "results").glob("*.json"))
+    assert len(results) == 6  # seven notebooks: frank's copy of alice's was graded once
+    assert all(json.loads(p.read_text(encoding="utf-8"))["verdicts"] for p in results)
+
+
+def test_named_mistakes_are_counted(graded):
+    _, out, _, _, _ = graded
+    with open(out / "mistakes.csv", encoding="utf-8-sig", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows[0].keys() == {"assignment", "exercise", "mistake", "count", "students"}
+    carol = [r for r in rows if r["students"] == "carol"]
+    assert [(r["exercise"], r["count"]) for r in carol] == [("padding_mask", "1")]
+    assert MISTAKE[1] in carol[0]["mistake"]
+
+
+def test_the_report_is_one_file_with_real_plots(graded):
+    _, out, _, _, _ = graded
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert html.count("data:image/png;base64,") == 3  # histogram, pass rates, mistakes
+    assert not re.search(r"(src|href)=['\"](https?:|//|/)", html)  # nothing to fetch: it opens offline
+    assert "Slowest submissions" in html and "eve" in html.split("Slowest submissions")[1]
+
+
+def test_feedback_shows_verdicts_and_no_hidden_code(graded):
+    _, out, _, _, _ = graded
+    pages = sorted(p.relative_to(out / "feedback").as_posix() for p in (out / "feedback").rglob("*.html"))
+    assert pages == [f"{s}/{A}.html" for s in sorted(EXPECTED)]
+    carol = (out / "feedback" / "carol" / f"{A}.html").read_text(encoding="utf-8")
+    assert "10 / 12" in carol and MISTAKE[1] in carol
+    grace = (out / "feedback" / "grace" / f"{A}.html").read_text(encoding="utf-8")
+    assert "不是合法的 notebook" in grace
+    for page in (out / "feedback").rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        assert "HIDDEN TESTS" not in text and "grade(" not in text and "Traceback" not in text
+        assert "<script" not in text
+
+
+def test_the_cap_per_notebook_stops_a_stalling_notebook(graded):
+    _, out, _, _, _ = graded
+    eve = (out / "feedback" / "eve" / f"{A}.html").read_text(encoding="utf-8")
+    assert f"运行超过 {CAP:g} 秒" in eve
+    assert eve.count(OUT_OF_TIME.format(cap=CAP)[:20]) == len(ASSIGNMENTS[A]) - 1
+
+
+def test_a_hostile_student_changes_only_their_own_grade(graded):
+    folder, out, _, _, before = graded
+    assert digest(folder / "alice" / A / f"{A}.ipynb") == before
+    assert not (state_folder(out) / "results" / "forged.json").exists()
+    assert "forged" not in (out / "grades.csv").read_text(encoding="utf-8")
+    assert int(grades(out)["eve"]["total"]) == 0  # and everyone else's totals are as expected (first test)
+
+
+def test_a_second_run_grades_only_what_changed(graded, tmp_path):
+    folder, out, _, _, _ = graded
+    again = tmp_path / "again"
+    shutil.copytree(out, again)
+    first = outputs(again)
+    same = course_grade(folder, "--out", again, "--notebook-timeout", CAP)
+    assert same.returncode == 0 and "all unchanged since the last run" in same.stdout
+    assert outputs(again) == first
+    bob = folder / "bob" / A / f"{A}.ipynb"
+    original = bob.read_bytes()
+    finished = filled(source_solutions(A))
+    finished.metadata["edited"] = True  # not the same bytes as alice's
+    try:
+        write_submission(folder / "bob", finished)
+        changed = course_grade(folder, "--out", again, "--notebook-timeout", CAP)
+    finally:
+        bob.write_bytes(original)
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    assert "1 graded" in changed.stdout and "6 unchanged" in changed.stdout
+    assert grades(again)["bob"]["total"] == "12"
+
+
+def test_shards_merged_give_the_outputs_of_one_run(graded, tmp_path):
+    folder, out, _, _, _ = graded
+    shards = [tmp_path / f"shard{i}" for i in (1, 2)]
+    runs = [started(folder, "--out", shard, "--shard", f"{i}/2", "--jobs", 1, "--notebook-timeout", CAP)
+            for i, shard in enumerate(shards, 1)]  # side by side, as a batch engine runs them
+    for run in runs:
+        stdout, stderr = run.communicate(timeout=300)
+        assert run.returncode == 0, stdout + stderr
+    assert {len(grades(s)) for s in shards} == {3, 4}
+    merged = course_grade("--merge", *shards, "--out", tmp_path / "merged")
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    assert outputs(tmp_path / "merged") == outputs(out)
+    incomplete = course_grade("--merge", shards[0], "--out", tmp_path / "incomplete")
+    assert incomplete.returncode == 2 and "every shard" in incomplete.stderr

@@ -1,0 +1,48 @@
+"""The example job files in deploy/ stay runnable: valid bash and YAML, and every course-grade command they
+hold is one course-grade accepts, shards and merge alike."""
+import re
+import shlex
+import subprocess
+
+import pytest
+import yaml
+
+from autograder.assignments import REPO
+from autograder.classroom.course_grade import _arguments
+
+DEPLOY = REPO / "deploy"
+
+
+def accepted(command: str) -> None:
+    """Parse a course-grade command line as course-grade would (shell variables given sample values)."""
+    values = {"SLURM_ARRAY_TASK_ID": "3", "SHARDS": "8", "SLURM_CPUS_PER_TASK": "4", "shards": "s1 s2",
+              "OUT": "/out", "CLASS": "/class", "SLURM_ARRAY_JOB_ID": "1"}
+    command = re.sub(r"\$\(\(JOB_COMPLETION_INDEX \+ 1\)\)", "3", command)
+    command = re.sub(r"\$\{?(\w+)\}?", lambda m: values[m[1]], command)
+    words = shlex.split(command)
+    args = _arguments(words[words.index("course-grade") + 1:])
+    assert args.merge or args.shard == (3, 8)
+
+
+def test_the_slurm_array_job():
+    script = (DEPLOY / "slurm-course-grade.sbatch").read_text(encoding="utf-8")
+    assert subprocess.run(["bash", "-n", str(DEPLOY / "slurm-course-grade.sbatch")]).returncode == 0
+    assert "#SBATCH --array=1-8" in script and "SHARDS=8" in script
+    joined = script.replace("\\\n", " ")
+    accepted(next(line for line in joined.splitlines() if line.startswith("course-grade")))
+    accepted(re.search(r'--wrap="([^"]+)"', joined)[1])
+
+
+def test_the_kubernetes_indexed_job():
+    grade, merge = yaml.safe_load_all((DEPLOY / "kubernetes-course-grade.yaml").read_text(encoding="utf-8"))
+    assert grade["spec"]["completionMode"] == "Indexed"
+    assert grade["spec"]["completions"] == int(grade["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"])
+    for job in (grade, merge):
+        accepted(job["spec"]["template"]["spec"]["containers"][0]["command"][2].replace("/data/graded/shard-*",
+                                                                                        "s1 s2"))
+
+
+@pytest.mark.parametrize("command", ["course-grade a b", "course-grade a --shard 9/8", "course-grade a --jobs 0"])
+def test_the_check_can_fail(command):
+    with pytest.raises((SystemExit, AssertionError)):
+        accepted(command)

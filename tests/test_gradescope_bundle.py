@@ -1,0 +1,131 @@
+"""The Gradescope bundle, used as Gradescope uses it: unpacked into ``$AUTOGRADER_ROOT/source/``, the course
+installed from it (not editable), ``run_autograder`` run on a submission, and ``results.json`` checked
+against Gradescope's specification. The submission attacks the answers, which the bundle ships."""
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from autograder.assignments import ASSIGNMENTS
+from autograder.classroom import gradescope_bundle, gradescope_run
+from tests.notebooks import filled, source_solutions
+
+A = "01_attention_basics"
+VISIBILITIES = {"visible", "hidden", "after_due_date", "after_published"}
+
+
+def gradescope_problems(results) -> list[str]:
+    """What in ``results`` breaks Gradescope's results.json specification (empty when nothing does)."""
+    problems = []
+    number = (int, float)
+    if not isinstance(results, dict):
+        return ["not a JSON object"]
+    for key, kind in (("score", number), ("execution_time", number), ("output", str), ("tests", list)):
+        if not isinstance(results.get(key), kind) or isinstance(results.get(key), bool):
+            problems.append(f"top-level {key!r} is missing or not a {kind}")
+    for test in results.get("tests", []):
+        for key, kind in (("name", str), ("score", number), ("max_score", number), ("output", str)):
+            if not isinstance(test.get(key), kind):
+                problems.append(f"test {test.get('name')!r}: {key!r} is missing or not a {kind}")
+        if test.get("status") not in ("passed", "failed"):
+            problems.append(f"test {test.get('name')!r}: status {test.get('status')!r}")
+        if test.get("visibility") not in VISIBILITIES:
+            problems.append(f"test {test.get('name')!r}: visibility {test.get('visibility')!r}")
+        if isinstance(test.get("score"), number) and not 0 <= test["score"] <= test.get("max_score", 0):
+            problems.append(f"test {test.get('name')!r}: score outside 0..max_score")
+    if not problems and sum(t["score"] for t in results["tests"]) != results["score"]:
+        problems.append("score is not the sum of the tests' scores")
+    return problems
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    """(the autograder root with the bundle in source/, the folder the course is installed in)."""
+    root = tmp_path_factory.mktemp("autograder")
+    assert gradescope_bundle.main([A, "-o", str(root / "autograder.zip")]) == 0
+    with zipfile.ZipFile(root / "autograder.zip") as archive:
+        archive.extractall(root / "source")
+    # setup.sh's `pip install /autograder/source`, without the dependencies this machine already has. Not
+    # under /tmp: the sandbox gives each run a private /tmp, which would hide a course installed there.
+    site = Path(tempfile.mkdtemp(prefix="gradescope-course-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                           "--target", str(site), str(root / "source")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    yield root, site
+    shutil.rmtree(site)
+
+
+def test_the_zip_has_gradescope_layout_and_valid_scripts(bundle):
+    root, _ = bundle
+    with zipfile.ZipFile(root / "autograder.zip") as archive:
+        names = archive.namelist()
+        modes = {info.filename: info.external_attr >> 16 for info in archive.infolist()}
+    for script in ("setup.sh", "run_autograder"):
+        assert script in names and modes[script] & stat.S_IXUSR, script
+        assert subprocess.run(["bash", "-n", str(root / "source" / script)]).returncode == 0
+    assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
+    setup = (root / "source" / "setup.sh").read_text(encoding="utf-8")
+    assert "download.pytorch.org/whl/cpu" in setup and "pip install /autograder/source" in setup
+    assert "-e " not in setup
+
+
+def test_run_autograder_writes_gradescope_results(bundle):
+    root, site = bundle
+    solutions = root / "source" / "solutions" / "attention_basics.py"
+    installed = site / "solutions" / "attention_basics.py"
+    results = root / "results" / "results.json"
+    attack = f'''
+FORGED = []
+try:
+    FORGED.append(open({str(results)!r}, "w").write('{{"score": 100, "tests": []}}'))
+except OSError:
+    pass
+
+
+def padding_mask(attention_mask):
+    space = {{}}
+    for path in {[str(solutions), str(installed)]!r}:
+        try:
+            exec(open(path).read(), space)
+        except OSError:
+            pass
+    return space["padding_mask"](attention_mask)
+'''
+    (root / "submission").mkdir()
+    notebook = filled({**source_solutions(A), "padding_mask": attack})
+    (root / "submission" / f"{A}.ipynb").write_text(json.dumps(notebook), encoding="utf-8")
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHONPATH": str(site),
+           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    done = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"installed at {site}" in done.stdout  # graded by the installed copy, not this checkout
+    report = json.loads(results.read_text(encoding="utf-8"))
+    assert gradescope_problems(report) == []
+    assert report["score"] == sum(e.points for e in ASSIGNMENTS[A]) - 2
+    by_name = {t["name"]: t for t in report["tests"]}
+    assert by_name[f"{A} / padding_mask"]["status"] == "failed"
+    assert "KeyError" in by_name[f"{A} / padding_mask"]["output"]  # neither copy of the reference could be read
+    assert {t["visibility"] for t in report["tests"]} == {"after_due_date"}
+    assert "截止日期之后" in report["output"]
+
+
+def test_a_missing_notebook_still_gives_valid_results(tmp_path, capsys):
+    (tmp_path / "submission").mkdir()
+    (tmp_path / "submission" / "notes.txt").write_text("oops", encoding="utf-8")
+    results = tmp_path / "results" / "results.json"
+    assert gradescope_run.main([A, str(tmp_path / "submission"), str(results), "--visibility", "visible"]) == 0
+    report = json.loads(results.read_text(encoding="utf-8"))
+    assert gradescope_problems(report) == []
+    assert report["score"] == 0 and f"请上传 {A}.ipynb" in report["output"]
+    assert {t["visibility"] for t in report["tests"]} == {"visible"}
+
+
+def test_the_checks_of_results_can_fail():
+    assert gradescope_problems({"score": 1, "tests": [{"name": "x", "score": 2, "max_score": 1}]})
