@@ -95,12 +95,23 @@ def check_weights():
     except weights.CheckpointError as e:
         return _line(BAD, f"找不到 Qwen3.5 的权重：{e}")
     mark = WARN if found.synthetic else OK
-    fix = (f"有真模型时：设 {weights.ENV_VAR} 指向它的文件夹，或 huggingface-cli download {weights.REPO_ID}"
-           if found.synthetic else "")
+    fix = (f"要用真模型：course-weights qwen35 --layers 3（只取课程读的约 14 MB），或设 {weights.ENV_VAR} 指向它的文件夹，"
+           f"或 huggingface-cli download {weights.REPO_ID}" if found.synthetic else "")
     return _line(mark, f"Qwen3.5 第 3 层的权重（{found.origin}）：{found.describe()}", fix)
 
 
-CHECKS = (check_torch, check_sandbox, check_plot_font, check_browser_font, check_nbgrader, check_weights)
+def check_real_model():
+    """Assignment 07 runs the student's attention inside SmolLM2-135M-Instruct, fetched once."""
+    from course import smollm2
+
+    if smollm2.is_ready():
+        return _line(OK, f"作业 07 的真实模型 {smollm2.MODEL_NAME}：{smollm2.model_folder()}")
+    return _line(WARN, f"作业 07 的真实模型 {smollm2.MODEL_NAME} 还不在 {smollm2.model_folder()}",
+                 "course-weights smollm2（下载约 93 MB，只需一次；07 的 notebook 第一次运行时也会自己下载）")
+
+
+CHECKS = (check_torch, check_sandbox, check_plot_font, check_browser_font, check_nbgrader, check_weights,
+          check_real_model)
 GRADING = (check_torch, check_sandbox)  # without these, nothing can be graded
 
 

@@ -34,6 +34,7 @@ from course.qwen35 import FULL_ATTENTION, PROMPT_IDS, read_config, text_config_f
 from course.weights import (EMBEDDING_KEY, FIXTURE_IDS_KEY, FIXTURE_ROWS_KEY, INDEX_FILE, LANGUAGE_MODEL, PARTIAL_NOTE,
                             REPO_ID, SINGLE_FILE, attention_shapes, partial_folder)
 
+
 class FetchError(RuntimeError):
     """What was needed could not be fetched; the message says why and what to do."""
 

@@ -98,5 +98,5 @@ def test_attention_names_a_masked_softmax_that_fills_with_a_big_negative_number(
 def test_course_doctor_checks_the_machine_and_says_what_to_fix():
     done = run("course-doctor")
     assert done.returncode == 0, done.stdout + done.stderr
-    for topic in ("torch", "评分沙箱", "matplotlib 的中文字体", "浏览器的中文字体", "nbgrader", "Qwen3.5"):
+    for topic in ("torch", "评分沙箱", "matplotlib 的中文字体", "浏览器的中文字体", "nbgrader", "Qwen3.5", "SmolLM2"):
         assert topic in done.stdout, (topic, done.stdout)

@@ -243,13 +243,15 @@ def attention_scores(q, k):
 
 # --- caps ---------------------------------------------------------------------------------------------------
 
+# Files go to the run's working folder, its private tmpfs: /tmp itself, or a folder inside /tmp when the course
+# is installed under /tmp (then /tmp stays read-only).
 CAPPED = {
     "memory": ("import torch\ndef attention_scores(q, k):\n    return torch.ones(2**33)\n", "内存不够"),
     "files on the private tmpfs count": ('''
 import os
 def attention_scores(q, k):
     for i in range(100):
-        with open(f"/tmp/fill-{i}", "wb") as f:
+        with open(f"fill-{i}", "wb") as f:
             f.write(os.urandom(8 * 2**20))
 ''', "No space left"),
     "shared memory": ('''
@@ -259,11 +261,11 @@ def attention_scores(q, k):
     "memory files": ("import os\ndef attention_scores(q, k):\n    return os.memfd_create('x')\n", "PermissionError"),
     "file size": ('''
 def attention_scores(q, k):
-    open("/tmp/big", "wb").write(b"x" * 32 * 2**20)
+    open("big", "wb").write(b"x" * 32 * 2**20)
 ''', "File too large"),
     "open files": ('''
 def attention_scores(q, k):
-    return [open("/tmp/f%d" % i, "w") for i in range(1000)]
+    return [open("f%d" % i, "w") for i in range(1000)]
 ''', "Too many open files"),
     "output": ("import torch\ndef attention_scores(q, k):\n    return torch.ones(40_000_000)\n", "交回的结果太大"),
     "CPU time": ("def attention_scores(q, k):\n    while True:\n        pass\n", "运行超过 3 秒"),

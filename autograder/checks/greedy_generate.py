@@ -14,13 +14,16 @@ from solutions.gqa_kv_cache import KVCache
 from solutions.real_model import LlamaAttention, greedy_generate  # noqa: F401
 
 QUESTION = "What is the capital of France?"
+# Every case says so: when the student's attention is wrong, the tokens are wrong, however right the loop is.
+_OWN_ATTENTION = "模型的每一层用的是你自己的 LlamaAttention：它还没通过的话，先让它通过，这一题多半会跟着通过。"
 
 
 def _case(folder, texts, max_new_tokens, note, shown=None) -> Case:
     ids, mask = smollm2.encode_batch(folder, texts)
     prompts = "、".join(f"“{text}”" for text in (shown or texts))
     padding = "，短的那句左侧 padding（给了 attention_mask）" if mask is not None else ""
-    label = f"{note}提示词 {prompts}（{ids.shape[1]} 个 token{padding}），生成 {max_new_tokens} 个 token"
+    label = (f"{note}提示词 {prompts}（{ids.shape[1]} 个 token{padding}），生成 {max_new_tokens} 个 token。"
+             f"{_OWN_ATTENTION}")
     return Case(label, (str(folder), ids, max_new_tokens, mask))
 
 
@@ -78,6 +81,8 @@ def _returned_the_prompt(case: Case, got) -> bool:
 
 _STEP = ("第一步把整段提示词送进模型（prefill），之后每一步只送上一步选出的那一个 token [B, 1]，"
          "缓存里已经有前面所有位置的 K、V。")
+
+
 def _right_tokens_without_the_cache(case: Case, got) -> bool:
     """The tokens are the reference's, but the model read far more positions than the prompt and the new tokens."""
     want, _ = call_generate(reference, case)
