@@ -58,8 +58,9 @@ def cases() -> list[Case]:
     ]
 
 
-class _Variant(GroupedQueryAttention):
-    """Grouped-query attention written out step by step; ``_variant`` replaces one step with a mistake."""
+class Variant(GroupedQueryAttention):
+    """Grouped-query attention written out step by step; ``_variant`` replaces one step with a mistake.
+    07's ``LlamaAttention`` mistakes build on it through two more steps: ``positioned`` (RoPE) and ``attend``."""
 
     share = staticmethod(repeat_kv)
     share_before_cache = False
@@ -73,6 +74,7 @@ class _Variant(GroupedQueryAttention):
         seq, n_rep = x.shape[1], self.num_heads // self.num_kv_heads
         q = split_heads(self.q_proj(x), self.num_heads)
         k, v = (split_heads(proj(x), self.num_kv_heads) for proj in (self.k_proj, self.v_proj))
+        q, k, v = self.positioned(q, k, v, x, cache)
         if self.share_before_cache:
             k, v = self.share(k, n_rep), self.share(v, n_rep)
         if cache is not None:
@@ -87,12 +89,25 @@ class _Variant(GroupedQueryAttention):
         if attention_mask is not None and self.use_padding:
             keys = padding_mask(attention_mask)
             mask = keys if mask is None else mask & keys
-        out = merge_heads(attention(q, k, v, mask)[0])
+        out = merge_heads(self.attend(q, k, v, mask))
         return (self.o_proj(out) if self.project_out else out), cache
+
+    def positioned(self, q, k, v, x, cache):
+        """``q, k, v`` with their positions in them: as they are here (no RoPE in 03)."""
+        return q, k, v
+
+    def attend(self, q, k, v, mask):
+        """The heads' outputs ``[B, H, T, D]``."""
+        return attention(q, k, v, mask)[0]
+
+
+def variant(base: type, **steps) -> type:
+    """``base`` with the given steps replaced (functions become static methods)."""
+    return type("Mistake", (base,), {name: staticmethod(s) if callable(s) else s for name, s in steps.items()})
 
 
 def _variant(**steps):
-    return type("Mistake", (_Variant,), {name: staticmethod(s) if callable(s) else s for name, s in steps.items()})
+    return variant(Variant, **steps)
 
 
 MISTAKES = (

@@ -8,14 +8,12 @@ from types import SimpleNamespace
 import torch
 
 from autograder.calls import Case, call_decoder
-from autograder.checks import modules, smollm2
+from autograder.checks import grouped_query_attention, modules, smollm2
 from autograder.checks.inputs import dtype_name, generator, randn, shape
 from autograder.exercise import Exercise, Mistake
 from autograder.tolerances import Tolerance
-from solutions.attention_basics import causal_mask, masked_softmax, padding_mask
-# The mistakes below decode with the KVCache found among this module's names (calls._cache_class).
-from solutions.gqa_kv_cache import KVCache, repeat_kv  # noqa: F401
-from solutions.multi_head import merge_heads, split_heads
+from solutions.attention_basics import masked_softmax
+# The mistakes below decode with the KVCache next to 03's forward, which they run (calls._cache_class).
 from solutions.real_model import LlamaAttention
 from solutions.rope_mla import apply_rope
 
@@ -102,46 +100,27 @@ def _rope_adjacent_pairs(x, cos, sin):
     return torch.stack([even * c - odd * s, even * s + odd * c], dim=-1).flatten(-2)
 
 
-class _Variant(LlamaAttention):
-    """Llama's attention written out step by step; ``_variant`` replaces one step with a mistake."""
+class _Variant(grouped_query_attention.Variant, LlamaAttention):
+    """Llama's attention written out step by step: 03's grouped-query attention (its steps, mistakes included)
+    with RoPE and the scale as steps of their own; ``_variant`` replaces one step with a mistake."""
 
     rope = staticmethod(apply_rope)
-    share = staticmethod(repeat_kv)
     positions_from_cache = True
     rotate_keys = True
     rotate_values = False
-    share_before_cache = False
-    offset_causal = True
-    causal = True
-    use_padding = True
     scale_of = staticmethod(lambda head_dim: head_dim ** -0.5)
 
-    def forward(self, x, attention_mask=None, cache=None):
-        seq, n_rep = x.shape[1], self.num_heads // self.num_kv_heads
+    def positioned(self, q, k, v, x, cache):
         cos, sin = self.rope_tables(x, cache if self.positions_from_cache else None)
-        q = self.rope(split_heads(self.q_proj(x), self.num_heads), cos, sin)
-        k = split_heads(self.k_proj(x), self.num_kv_heads)
-        v = split_heads(self.v_proj(x), self.num_kv_heads)
-        k = self.rope(k, cos, sin) if self.rotate_keys else k
-        v = self.rope(v, cos, sin) if self.rotate_values else v
-        if self.share_before_cache:
-            k, v = self.share(k, n_rep), self.share(v, n_rep)
-        if cache is not None:
-            k, v = cache.update(k, v)
-        if not self.share_before_cache:
-            k, v = self.share(k, n_rep), self.share(v, n_rep)
-        k_len = k.shape[-2]
-        mask = None
-        if self.causal:
-            mask = causal_mask(seq, k_len) if self.offset_causal else causal_mask(k_len)[:seq]
-        if attention_mask is not None and self.use_padding:
-            mask = padding_mask(attention_mask) if mask is None else mask & padding_mask(attention_mask)
-        weights = masked_softmax(q @ k.transpose(-2, -1) * self.scale_of(self.head_dim), mask)
-        return self.o_proj(merge_heads(weights @ v)), cache
+        return (self.rope(q, cos, sin), self.rope(k, cos, sin) if self.rotate_keys else k,
+                self.rope(v, cos, sin) if self.rotate_values else v)
+
+    def attend(self, q, k, v, mask):
+        return masked_softmax(q @ k.transpose(-2, -1) * self.scale_of(self.head_dim), mask) @ v
 
 
 def _variant(**steps):
-    return type("Mistake", (_Variant,), {name: staticmethod(s) if callable(s) else s for name, s in steps.items()})
+    return grouped_query_attention.variant(_Variant, **steps)
 
 
 ROPE_HINT = "RoPE 转 query 和 key 的每一维：rotate-half，第 i 维和第 i + D/2 维配成一对（apply_rope）。"
