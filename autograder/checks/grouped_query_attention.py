@@ -27,13 +27,8 @@ def _case(gen, hidden, heads, kv_heads, batch, seq, head_dim=None, dtype=torch.f
     x = randn(gen, batch, seq, hidden, dtype=dtype)
     label = (f"{note}{_kind(heads, kv_heads)}：hidden {hidden}，{heads} 个 query 头，{kv_heads} 个 KV 头，head_dim {dim}"
              f"{'（构造时给出）' if head_dim else ''}，x {shape(x)}，{dtype_name(dtype)}")
-    forward = {}
-    if attention_mask is not None:
-        forward["attention_mask"] = attention_mask
-        label += f"，attention_mask={attention_mask.tolist()}"
-    if steps is not None:
-        forward["steps"] = steps
-        label += f"；带缓存逐段解码，每段的 token 数：{list(steps)}"
+    forward, said = modules.forward_arguments(attention_mask, steps)
+    label += said
     return Case(label, ((hidden, heads, kv_heads, head_dim), weights, x), forward)
 
 

@@ -27,23 +27,12 @@ def config(hidden, heads, kv_heads, head_dim, theta=10_000.0):
                            head_dim=head_dim, rope_theta=theta)
 
 
-def _forward_kwargs(attention_mask, steps) -> tuple[dict, str]:
-    kwargs, label = {}, ""
-    if attention_mask is not None:
-        kwargs["attention_mask"] = attention_mask
-        label += f"，attention_mask={attention_mask.tolist()}"
-    if steps is not None:
-        kwargs["steps"] = steps
-        label += f"；带缓存逐段解码，每段的 token 数：{list(steps)}"
-    return kwargs, label
-
-
 def _random_case(gen, cfg, batch, seq, dtype=torch.float32, attention_mask=None, steps=None, note="") -> Case:
     heads, kv_heads, dim, hidden = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
     weights = modules.linear_weights(gen, {"q_proj": (heads * dim, hidden), "k_proj": (kv_heads * dim, hidden),
                                            "v_proj": (kv_heads * dim, hidden), "o_proj": (hidden, heads * dim)}, dtype)
     x = randn(gen, batch, seq, hidden, dtype=dtype)
-    kwargs, extra = _forward_kwargs(attention_mask, steps)
+    kwargs, extra = modules.forward_arguments(attention_mask, steps)
     label = (f"{note}随机权重：hidden {hidden}，{heads} 个 query 头，{kv_heads} 个 KV 头，head_dim {dim}，"
              f"rope_theta {cfg.rope_theta:g}，x {shape(x)}，{dtype_name(dtype)}{extra}")
     return Case(label, ((cfg,), weights, x), kwargs)
@@ -52,7 +41,7 @@ def _random_case(gen, cfg, batch, seq, dtype=torch.float32, attention_mask=None,
 def _real_case(layer: smollm2.RealLayer, dtype: torch.dtype, steps=None) -> Case:
     weights = layer.weights if dtype == torch.float32 else _in_dtype(layer, dtype)
     x = layer.x.to(dtype)
-    kwargs, extra = _forward_kwargs(layer.attention_mask, steps)
+    kwargs, extra = modules.forward_arguments(layer.attention_mask, steps)
     label = (f"SmolLM2-135M-Instruct 第 {layer.index} 层的真实权重，输入是两句真实文本在这一层的 hidden states "
              f"（第二句左侧 padding），x {shape(x)}，{dtype_name(dtype)}{extra}")
     return Case(label, ((layer.config,), weights, x), kwargs)

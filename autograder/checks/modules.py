@@ -1,5 +1,5 @@
-"""What the checks of module exercises share: seeded weights, and which output rows no implementation
-defines."""
+"""What the checks of module exercises share: seeded weights, the arguments of a forward pass, and which
+output rows no implementation defines."""
 import torch
 
 from autograder.checks.inputs import randn
@@ -19,3 +19,16 @@ def padding_query_rows(attention_mask: torch.Tensor | None) -> torch.Tensor | No
     them: any finite value is right there (COURSE_SPEC §4).
     """
     return None if attention_mask is None else (attention_mask == 0)[..., None]
+
+
+def forward_arguments(attention_mask: torch.Tensor | None, steps) -> tuple[dict, str]:
+    """The keyword arguments of a decoder case (``attention_mask``; ``steps``, the chunk sizes to decode
+    through a cache, for ``calls.call_decoder``), and how the case's label says them."""
+    kwargs, label = {}, ""
+    if attention_mask is not None:
+        kwargs["attention_mask"] = attention_mask
+        label += f"，attention_mask={attention_mask.tolist()}"
+    if steps is not None:
+        kwargs["steps"] = steps
+        label += f"；带缓存逐段解码，每段的 token 数：{list(steps)}"
+    return kwargs, label

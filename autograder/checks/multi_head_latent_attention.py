@@ -49,13 +49,8 @@ def _case(gen, cfg, batch, seq, dtype=torch.float32, attention_mask=None, steps=
     label = (f"{note}hidden {cfg.hidden_size}，{cfg.num_attention_heads} 个头，kv_lora_rank {cfg.kv_lora_rank}，"
              f"nope {cfg.qk_nope_head_dim} + rope {cfg.qk_rope_head_dim}，v {cfg.v_head_dim}，{query}，"
              f"x {shape(x)}，{dtype_name(dtype)}")
-    forward = {}
-    if attention_mask is not None:
-        forward["attention_mask"] = attention_mask
-        label += f"，attention_mask={attention_mask.tolist()}"
-    if steps is not None:
-        forward["steps"] = steps
-        label += f"；带缓存逐段解码，每段的 token 数：{list(steps)}"
+    forward, said = modules.forward_arguments(attention_mask, steps)
+    label += said
     return Case(label, ((cfg,), random_weights(cfg, gen, dtype), x), forward)
 
 
