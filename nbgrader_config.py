@@ -3,19 +3,20 @@ from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPrep
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearHiddenTests, GetGrades,
                                     IgnorePattern, LimitOutput, SaveAutoGrades)
 
-from autograder.nbgrader_verdicts import EngineVerdicts
+from autograder.instructor.nbgrader_verdicts import EngineVerdicts
+from course import layout
 
 c = get_config()  # noqa: F821 - provided by nbgrader when it loads this file
 
 c.CourseDirectory.course_id = "attention-by-hand"
-c.CourseDirectory.source_directory = "source"
-c.CourseDirectory.release_directory = "release"
-c.CourseDirectory.submitted_directory = "submitted"
-c.CourseDirectory.autograded_directory = "autograded"
-c.CourseDirectory.feedback_directory = "feedback"
+c.CourseDirectory.source_directory = layout.SOURCE
+c.CourseDirectory.release_directory = layout.RELEASE
+c.CourseDirectory.submitted_directory = layout.SUBMITTED
+c.CourseDirectory.autograded_directory = layout.AUTOGRADED
+c.CourseDirectory.feedback_directory = layout.FEEDBACK
 
 c.ClearSolutions.code_stub = {"python": "# 在这里写你的代码\nraise NotImplementedError()"}
-# What students see in place of a thinking question's answer (``answer:`` cells, see autograder/release.py).
+# What students see in place of a thinking question's answer (``answer:`` cells, see autograder/instructor/release.py).
 c.ClearSolutions.text_stub = "（在这里写下你的想法。参考答案在老师那里，不计分。）"
 
 # No kernel runs a submission: EngineVerdicts takes the place of nbgrader's Execute and writes the course

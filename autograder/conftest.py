@@ -8,7 +8,7 @@ The sandbox's fork server starts as this plugin loads, before the grader imports
 references, so that the two imports overlap. Every collected exercise ends up in the table and in
 results.json, whatever happens.
 """
-from autograder.sandbox.client import SandboxError, shared
+from autograder.engine.sandbox.client import SandboxError, shared
 
 shared().start()
 
@@ -16,12 +16,14 @@ from pathlib import Path  # noqa: E402 - after the fork server's start, on purpo
 
 import pytest  # noqa: E402
 
-from autograder import exercise as grading  # noqa: E402
-from autograder.assignments import ASSIGNMENTS, REPO  # noqa: E402
-from autograder.notebook_file import NotebookError, read_code_cells  # noqa: E402
-from autograder.report import Scoreboard  # noqa: E402
-from autograder.sandbox.walls import describe_missing  # noqa: E402
-from autograder.submission import SubmissionError, notebooks  # noqa: E402
+from autograder.engine import exercise as grading  # noqa: E402
+from autograder.engine.grading import judge  # noqa: E402
+from autograder.engine.assignments import ASSIGNMENTS  # noqa: E402
+from autograder.engine.ipynb import NotebookError, read_code_cells  # noqa: E402
+from autograder.scoreboard import Scoreboard  # noqa: E402
+from course import layout  # noqa: E402
+from autograder.engine.sandbox.walls import describe_missing  # noqa: E402
+from autograder.engine.submission import SubmissionError, notebooks  # noqa: E402
 
 BOARD = pytest.StashKey[Scoreboard]()
 _config: pytest.Config | None = None
@@ -41,8 +43,8 @@ def pytest_addoption(parser):
 
 def default_submission() -> Path:
     """The student's working copy when there is one, else the released notebooks."""
-    work = REPO / "work"
-    return work if work.is_dir() else REPO / "release"
+    work = layout.ROOT / layout.WORK
+    return work if work.is_dir() else layout.ROOT / layout.RELEASE
 
 
 def pytest_configure(config):
@@ -109,14 +111,7 @@ def submission(pytestconfig) -> Submission:
 def grade(submission, pytestconfig):
     """Grade one exercise of one assignment; record the verdict; fail the test with its message."""
     def run(assignment: str, exercise: grading.Exercise) -> None:
-        try:
-            cells = submission.cells(assignment)
-            if isinstance(cells, NotebookError):
-                verdict = grading.Verdict(exercise.name, 0, exercise.points, str(cells))
-            else:
-                verdict = grading.grade(exercise, cells)
-        except Exception as e:  # noqa: BLE001 - a grader failure is this exercise's zero, never a lost line
-            verdict = grading.grader_problem(exercise, f"{type(e).__name__}: {e}")
+        verdict = judge(exercise, submission.cells(assignment))
         pytestconfig.stash[BOARD].add(assignment, verdict)
         if not verdict.passed:
             pytest.fail(f"{exercise.name}（0/{exercise.points} 分）：{verdict.message}", pytrace=False)

@@ -1,7 +1,7 @@
 """Grades 01_attention_basics: scores, masks, softmax and the weighted sum."""
 import pytest
 
-from autograder.assignments import ASSIGNMENTS
+from autograder.engine.assignments import ASSIGNMENTS
 
 ASSIGNMENT = "01_attention_basics"
 

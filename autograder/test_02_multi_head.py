@@ -1,7 +1,7 @@
 """Grades 02_multi_head: split and merge heads, and multi-head attention with o_proj."""
 import pytest
 
-from autograder.assignments import ASSIGNMENTS
+from autograder.engine.assignments import ASSIGNMENTS
 
 ASSIGNMENT = "02_multi_head"
 

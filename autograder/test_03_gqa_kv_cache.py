@@ -1,7 +1,7 @@
 """Grades 03_gqa_kv_cache: the KV cache, repeat_kv, grouped-query attention and the size of the cache."""
 import pytest
 
-from autograder.assignments import ASSIGNMENTS
+from autograder.engine.assignments import ASSIGNMENTS
 
 ASSIGNMENT = "03_gqa_kv_cache"
 

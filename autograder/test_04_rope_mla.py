@@ -2,7 +2,7 @@
 absorbed) and the size of its cache."""
 import pytest
 
-from autograder.assignments import ASSIGNMENTS
+from autograder.engine.assignments import ASSIGNMENTS
 
 ASSIGNMENT = "04_rope_mla"
 

@@ -1,7 +1,7 @@
 """Grades 05_output_gate: the per-head query/gate split, the sigmoid output gate and its gradient."""
 import pytest
 
-from autograder.assignments import ASSIGNMENTS
+from autograder.engine.assignments import ASSIGNMENTS
 
 ASSIGNMENT = "05_output_gate"
 

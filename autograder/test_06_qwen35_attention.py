@@ -1,7 +1,7 @@
 """Grades 06_qwen35_attention: zero-centred RMSNorm, partial RoPE and the Qwen3.5 gated-attention layer."""
 import pytest
 
-from autograder.assignments import ASSIGNMENTS
+from autograder.engine.assignments import ASSIGNMENTS
 
 ASSIGNMENT = "06_qwen35_attention"
 

@@ -2,7 +2,7 @@
 the student's KV cache in the real model."""
 import pytest
 
-from autograder.assignments import ASSIGNMENTS
+from autograder.engine.assignments import ASSIGNMENTS
 
 ASSIGNMENT = "07_real_model"
 

@@ -21,8 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder.assignments import ASSIGNMENTS  # noqa: E402
-from autograder.release import generate  # noqa: E402
+from autograder.engine.assignments import ASSIGNMENTS  # noqa: E402
+from autograder.instructor.release import generate  # noqa: E402
 from tests.class_of_students import write_class  # noqa: E402
 
 
@@ -99,7 +99,7 @@ def main() -> None:
         counts = {k: list(kinds.values()).count(k) for k in sorted(set(kinds.values()))}
 
         torch_s = statistics.median(measured([sys.executable, "-c", "import torch"], root)[0] for _ in range(5))
-        grade = [sys.executable, "-m", "autograder.classroom.course_grade", root / "class", "--out", root / "out",
+        grade = [sys.executable, "-m", "autograder.instructor.classroom.course_grade", root / "class", "--out", root / "out",
                  "--jobs", str(args.jobs)]
         wall_s, samples, _ = measured(grade, REPO)
         again_s, _, again = measured(grade, REPO)

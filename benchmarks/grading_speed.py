@@ -16,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder.release import generate  # noqa: E402
+from autograder.instructor.release import generate  # noqa: E402
 from tests.notebooks import ASSIGNMENT, filled, source_solutions, write_submission  # noqa: E402
 
 

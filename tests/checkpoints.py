@@ -6,9 +6,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from course import weights
+from course import qwen35_weights
 from course.qwen35 import FULL_ATTENTION, read_config
-from course.weights import EMBEDDING_KEY, FIXTURE_DIR, attention_shapes
+from course.qwen35_weights import EMBEDDING_KEY, FIXTURE_DIR, attention_shapes
 
 HUB_FOLDER = "models--Qwen--Qwen3.5-0.8B"
 VOCAB = 256  # the test checkpoints' embedding table is [VOCAB, 1024] (ids up to 255 are exact in bf16)
@@ -165,5 +165,5 @@ def write_full_size(folder: Path, shards: int, values: dict[str, torch.Tensor] |
                    for key, value in part.items()}, str(folder / name), metadata={"format": "pt"})
     total = sum(torch.Size(shape).numel() * 2 for shape in layout.values())
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (folder / weights.INDEX_FILE).write_text(json.dumps(index, indent=2), encoding="utf-8")
+    (folder / qwen35_weights.INDEX_FILE).write_text(json.dumps(index, indent=2), encoding="utf-8")
     return [folder / name for name in names]

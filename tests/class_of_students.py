@@ -3,7 +3,7 @@ release/, each notebook correct, half-done, untouched, with one seeded mistake, 
 import random
 from pathlib import Path
 
-from autograder.assignments import ASSIGNMENTS
+from autograder.engine.assignments import ASSIGNMENTS
 from tests.notebooks import filled, released, source_solutions, write_submission
 from tests.student_code import MISTAKES_01
 from tests.student_code_02 import MISTAKES as MISTAKES_02

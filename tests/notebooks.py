@@ -4,8 +4,8 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.assignments import REPO
-from autograder.release import solution_code
+from course.layout import ROOT as REPO
+from autograder.instructor.release import solution_code
 
 ASSIGNMENT = "01_attention_basics"
 

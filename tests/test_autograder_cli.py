@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from autograder.assignments import ASSIGNMENTS, EXERCISES, REPO
+from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
+from course.layout import ROOT as REPO
 from tests.notebooks import ASSIGNMENT, filled, released_path, source_solutions, write_submission
 from tests.student_code import MISTAKES_01
 from tests.student_code_03 import MISTAKES as MISTAKES_03

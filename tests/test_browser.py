@@ -24,9 +24,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.assignments import ASSIGNMENTS
-from autograder.release import build_source_notebook, source_file
-from course.workspace import copy_notebooks
+from autograder.engine.assignments import ASSIGNMENTS
+from autograder.instructor.release import build_source_notebook, source_file
+from course.tools.workspace import copy_notebooks
 from tests.notebooks import released_path
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from autograder.assignments import ASSIGNMENTS, REPO
-from autograder.classroom.course_grade import main
-from autograder.classroom.graded_class import state_folder
-from autograder.classroom.notebook_grading import OUT_OF_TIME
+from autograder.engine.assignments import ASSIGNMENTS
+from course.layout import ROOT as REPO
+from autograder.instructor.classroom.course_grade import main
+from autograder.instructor.classroom.graded_class import state_folder
+from autograder.engine.grading import OUT_OF_TIME
 from tests.class_of_students import half_done, hostile, with_mistake
 from tests.notebooks import filled, released, source_solutions, write_submission
 from tests.student_code import MISTAKES_01
@@ -51,7 +52,7 @@ def started(*args, session: bool = False) -> subprocess.Popen:
     takes Ctrl-C as in a terminal even when these tests run in the background, where it would be ignored."""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return subprocess.Popen([sys.executable, "-m", "autograder.classroom.course_grade", *map(str, args)],
+        return subprocess.Popen([sys.executable, "-m", "autograder.instructor.classroom.course_grade", *map(str, args)],
                                 cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=session)
     finally:

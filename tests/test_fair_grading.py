@@ -2,11 +2,11 @@
 float32 inside, padding rows that no implementation defines — but not NaN there."""
 import torch
 
-from autograder.assignments import EXERCISES
-from autograder.compare import compare
-from autograder.exercise import grade
-from autograder.notebook_source import Cell
-from autograder.tolerances import Tolerance
+from autograder.engine.assignments import EXERCISES
+from autograder.engine.compare import compare
+from autograder.engine.exercise import grade
+from autograder.engine.student_code import Cell
+from autograder.engine.tolerances import Tolerance
 from tests import student_code_02
 from tests.student_code import CORRECT_01, notebook_code
 

@@ -8,10 +8,11 @@ import sys
 
 import pytest
 
-from autograder.assignments import ASSIGNMENTS, EXERCISES, REPO
-from autograder.exercise import grade
-from autograder.notebook_source import Cell
-from course.workspace import copy_notebooks
+from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
+from course.layout import ROOT as REPO
+from autograder.engine.exercise import grade
+from autograder.engine.student_code import Cell
+from course.tools.workspace import copy_notebooks
 from tests.notebooks import ASSIGNMENT, filled, released_path, source_solutions, write_submission
 from tests.student_code import MISTAKES_01, notebook_code
 

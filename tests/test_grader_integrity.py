@@ -8,7 +8,8 @@ import subprocess
 import sys
 import time
 
-from autograder.assignments import ASSIGNMENTS, REPO
+from autograder.engine.assignments import ASSIGNMENTS
+from course.layout import ROOT as REPO
 from tests.notebooks import ASSIGNMENT, filled, source_solutions, write_submission
 
 

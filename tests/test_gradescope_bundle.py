@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.assignments import ASSIGNMENTS
-from autograder.classroom import gradescope_bundle, gradescope_run
+from autograder.engine.assignments import ASSIGNMENTS
+from autograder.instructor.classroom import gradescope_bundle, gradescope_run
 from tests.notebooks import filled, source_solutions
 
 A = "01_attention_basics"

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from autograder.assignments import REPO
-from autograder.sandbox.walls import PURPOSE
+from course.layout import ROOT as REPO
+from autograder.engine.sandbox.walls import PURPOSE
 from tests.notebooks import filled, source_solutions, write_submission
 
 

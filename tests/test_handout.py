@@ -10,11 +10,12 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder.assignments import ASSIGNMENTS, REPO
-from autograder.classroom.notebook_grading import grade_notebook, notebook_cells
-from autograder.handout import main, provided_answers
-from autograder.release import solution_code
-from autograder.sandbox.client import shared
+from autograder.engine.assignments import ASSIGNMENTS
+from course.layout import ROOT as REPO
+from autograder.engine.grading import grade_cells, notebook_cells
+from autograder.instructor.handout import main, provided_answers
+from autograder.instructor.release import solution_code
+from autograder.engine.sandbox.client import shared
 
 A = "01_attention_basics"
 RELEASED = [a for a in ASSIGNMENTS if (REPO / "release" / a).is_dir()]
@@ -98,5 +99,5 @@ def test_a_notebook_from_it_runs_and_grades(handout, installed, monkeypatch):
     assert all(c.get("execution_count") for c in ran) and not any(
         o.get("output_type") == "error" for c in ran for o in c.outputs)
     assert nb.cells[-1].outputs[0]["text"].strip() == str(installed / "course" / "__init__.py")
-    verdicts = grade_notebook(A, notebook_cells(json.dumps(nb).encode(), "", path.name), shared())
+    verdicts = grade_cells(A, notebook_cells(json.dumps(nb).encode(), "", path.name), shared())
     assert [v.passed for v in verdicts] == [True] * len(ASSIGNMENTS[A])

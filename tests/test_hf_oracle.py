@@ -5,7 +5,7 @@ import torch
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5Attention, Qwen3_5TextRotaryEmbedding
 
-from autograder.checks.qwen35_attention import layer3_input, random_weights
+from autograder.engine.checks.qwen35_attention import layer3_input, random_weights
 from solutions.qwen35_attention import Qwen35Attention, rope_cos_sin
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, ROTARY_FACTOR, THETA = 1024, 8, 2, 256, 0.25, 10_000_000.0

@@ -9,10 +9,11 @@ import socket
 
 import pytest
 
-from autograder.assignments import ASSIGNMENTS, EXERCISES, REPO
-from autograder.exercise import grade
-from autograder.notebook_source import Cell
-from autograder.sandbox.client import Sandbox
+from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
+from course.layout import ROOT as REPO
+from autograder.engine.exercise import grade
+from autograder.engine.student_code import Cell
+from autograder.engine.sandbox.client import Sandbox
 from tests.student_code import notebook_code
 
 SCORES = EXERCISES["attention_scores"]
@@ -58,7 +59,7 @@ def attention_scores(q, k):
 ''', "评分时不能导入 `solutions`"),
     "import a check and call its reference": ('''
 def attention_scores(q, k):
-    from autograder.checks.attention_scores import EXERCISE
+    from autograder.engine.checks.attention_scores import EXERCISE
     return EXERCISE.reference(q, k)
 ''', "评分时不能导入 `autograder`"),
     "an ALL_CAPS constant that imports the reference": ('''
@@ -86,7 +87,7 @@ def attention_scores(q, k):
     frame = sys._getframe()
     while frame is not None:
         for value in list(frame.f_locals.values()) + list(frame.f_globals.values()):
-            if getattr(value, "__module__", "").startswith(("solutions", "autograder.checks")):
+            if getattr(value, "__module__", "").startswith(("solutions", "autograder.engine.checks")):
                 return value(q, k) if callable(value) else value.reference(q, k)
         frame = frame.f_back
     raise LookupError("no reference on the stack")
@@ -312,7 +313,7 @@ def test_the_fork_server_holds_no_answer():
 
     import torch
 
-    from autograder.calls import Case
+    from autograder.engine.protocols import Case
 
     spy = '''
 import gc, types
@@ -328,6 +329,6 @@ def look(x):
         sandbox.stop()
     report = torch.load(io.BytesIO(answer.data), weights_only=True)
     modules = set(report["outcomes"][0][1])
-    assert {"autograder.calls", "autograder.sandbox.harness"} <= modules  # the spy does see modules
-    assert not {m for m in modules if m.startswith(("solutions", "autograder.checks", "autograder.exercise",
-                                                    "autograder.assignments"))}, modules
+    assert {"autograder.engine.protocols", "autograder.engine.sandbox.harness"} <= modules  # the spy does see modules
+    assert not {m for m in modules if m.startswith(("solutions", "autograder.engine.checks", "autograder.engine.exercise",
+                                                    "autograder.engine.assignments"))}, modules

@@ -13,9 +13,10 @@ import sys
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder.assignments import ASSIGNMENTS, REPO
-from autograder.classroom.course_grade import main as course_grade
-from autograder.release import generate
+from autograder.engine.assignments import ASSIGNMENTS
+from course.layout import ROOT as REPO
+from autograder.instructor.classroom.course_grade import main as course_grade
+from autograder.instructor.release import generate
 from tests.notebooks import filled, released, source_solutions, write_submission
 from tests.student_code import MISTAKES_01
 
@@ -38,8 +39,8 @@ def hostile(root) -> dict:
     planted = [root / "planted.py", root / "autograded" / "correct" / FIRST / "torch.py", root / "gradebook.db"]
     return filled({
         "attention_scores": """
-import autograder.notebook
-autograder.notebook.grade = lambda name: print("✓ " + name)  # in a kernel, every hidden test would pass
+import autograder.instructor.hidden_cells
+autograder.instructor.hidden_cells.grade = lambda name: print("✓ " + name)  # in a kernel, every hidden test would pass
 def attention_scores(q, k):
     raise NotImplementedError()
 """,

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from course.qwen35 import FULL_ATTENTION, LINEAR_ATTENTION, ConfigError, read_config, text_config_from_dict
-from course.weights import FIXTURE_DIR
+from course.qwen35_weights import FIXTURE_DIR
 
 FULL_LAYERS = (3, 7, 11, 15, 19, 23)
 

@@ -3,7 +3,7 @@ published key layout (about 1.7 GB, two shards and an index), served over HTTP w
 redirect to a "CDN" path, as the Hub serves files; and the same files from a server that ignores ranges.
 
 What is checked: the bytes sent are at most 1.05 × the bytes the course needs (headers, layer 3, six embedding
-rows); the tensors fetched are byte-identical to the full file's; ``course.weights`` then uses them; a second
+rows); the tensors fetched are byte-identical to the full file's; ``course.qwen35_weights`` then uses them; a second
 fetch sends nothing; HF_ENDPOINT reaches the CLI; a server without ranges gives a clear error, or a streamed
 full download when allowed; an unreachable endpoint says so.
 """
@@ -19,13 +19,14 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from course import qwen35_fetch, weights
+from course import qwen35_weights
+from course.tools import qwen35_fetch
 from course.qwen35 import PROMPT_IDS
 from tests.checkpoints import checkpoint_layout, published_shard_name, write_checkpoint, write_full_size
 
 REPO = "Qwen/Qwen3.5-0.8B"
 LAYER_PREFIX = "model.language_model.layers.3."
-EMBEDDINGS = weights.EMBEDDING_KEY
+EMBEDDINGS = qwen35_weights.EMBEDDING_KEY
 
 
 def _embedding_pattern(shape) -> torch.Tensor:
@@ -43,7 +44,7 @@ def _embedding_pattern(shape) -> torch.Tensor:
 def hub_files(tmp_path_factory):
     """The full-size checkpoint: layer 3 random, the embedding table patterned, everything else zeros."""
     folder = tmp_path_factory.mktemp("hub") / "main"
-    layout = checkpoint_layout(weights.FIXTURE_DIR / "config.json")
+    layout = checkpoint_layout(qwen35_weights.FIXTURE_DIR / "config.json")
     gen = torch.Generator().manual_seed(3)
     values = {key: torch.randn(shape, generator=gen).to(torch.bfloat16)
               for key, shape in layout.items() if key.startswith(LAYER_PREFIX)}
@@ -136,8 +137,8 @@ def cache(tmp_path, monkeypatch):
 def _bytes_needed(folder, keys, rows: int) -> int:
     """What the course has to read, computed from the files: config.json and the index, the 8 bytes and
     header of each shard holding something needed, the needed tensors, ``rows`` embedding rows."""
-    index = json.loads((folder / weights.INDEX_FILE).read_text())["weight_map"]
-    total = (folder / "config.json").stat().st_size + (folder / weights.INDEX_FILE).stat().st_size
+    index = json.loads((folder / qwen35_weights.INDEX_FILE).read_text())["weight_map"]
+    total = (folder / "config.json").stat().st_size + (folder / qwen35_weights.INDEX_FILE).stat().st_size
     for shard in {index[key] for key in [*keys, EMBEDDINGS]}:
         with open(folder / shard, "rb") as handle:
             total += 8 + struct.unpack("<Q", handle.read(8))[0]
@@ -146,7 +147,7 @@ def _bytes_needed(folder, keys, rows: int) -> int:
 
 
 def _full(folder, key, rows=None) -> torch.Tensor:
-    shard = json.loads((folder / weights.INDEX_FILE).read_text())["weight_map"][key]
+    shard = json.loads((folder / qwen35_weights.INDEX_FILE).read_text())["weight_map"][key]
     with safe_open(folder / shard, framework="pt") as handle:
         if rows is None:
             return handle.get_tensor(key)
@@ -160,7 +161,7 @@ def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _layer3_keys():
     """What the course reads of layer 3: its attention's tensors and its input norm (not its MLP)."""
-    return [key for key in checkpoint_layout(weights.FIXTURE_DIR / "config.json")
+    return [key for key in checkpoint_layout(qwen35_weights.FIXTURE_DIR / "config.json")
             if key.startswith(LAYER_PREFIX + "self_attn.") or key == LAYER_PREFIX + "input_layernorm.weight"]
 
 
@@ -171,16 +172,16 @@ def test_fetches_only_the_needed_bytes_and_they_are_the_real_ones(hub, hub_files
     needed = _bytes_needed(hub_files, _layer3_keys(), len(PROMPT_IDS))
     assert sent == traffic.received
     assert sent <= 1.05 * needed, f"sent {sent} bytes for {needed} needed"
-    assert folder == weights.partial_folder() and folder.is_relative_to(cache)
+    assert folder == qwen35_weights.partial_folder() and folder.is_relative_to(cache)
 
-    found = weights.find_checkpoint()
+    found = qwen35_weights.find_checkpoint()
     assert found.partial and not found.synthetic and found.folder == folder
     assert "course-weights qwen35" in found.describe()
-    layer = weights.load_attention_layer(3, verbose=False)
+    layer = qwen35_weights.load_attention_layer(3, verbose=False)
     assert len(layer) == 7
     for name, tensor in layer.items():
         assert _same_bytes(tensor, _full(hub_files, LAYER_PREFIX + name)), name
-    rows = weights.load_embedding_rows(list(PROMPT_IDS), verbose=False)
+    rows = qwen35_weights.load_embedding_rows(list(PROMPT_IDS), verbose=False)
     assert _same_bytes(rows, _full(hub_files, EMBEDDINGS, PROMPT_IDS))
     assert (folder / "config.json").read_bytes() == (hub_files / "config.json").read_bytes()
 
@@ -188,13 +189,13 @@ def test_fetches_only_the_needed_bytes_and_they_are_the_real_ones(hub, hub_files
     _, again = qwen35_fetch.fetch([3], PROMPT_IDS, endpoint=hub.url, progress=False)
     assert again.received == 0 and hub.sent == again_before  # nothing is asked of the server
 
-    with pytest.raises(weights.CheckpointError, match="course-weights qwen35 --text"):
-        weights.load_embedding_rows([5], verbose=False)
+    with pytest.raises(qwen35_weights.CheckpointError, match="course-weights qwen35 --text"):
+        qwen35_weights.load_embedding_rows([5], verbose=False)
     _, more = qwen35_fetch.fetch([3], [5, 6, *PROMPT_IDS], endpoint=hub.url, progress=False)
     assert more.received <= 1.05 * _bytes_needed(hub_files, [], 2)
-    assert _same_bytes(weights.load_embedding_rows([6, 5, PROMPT_IDS[0]], verbose=False),
+    assert _same_bytes(qwen35_weights.load_embedding_rows([6, 5, PROMPT_IDS[0]], verbose=False),
                        _full(hub_files, EMBEDDINGS, [6, 5, PROMPT_IDS[0]]))
-    assert _same_bytes(weights.load_attention_layer(3, verbose=False)["self_attn.q_proj.weight"],
+    assert _same_bytes(qwen35_weights.load_attention_layer(3, verbose=False)["self_attn.q_proj.weight"],
                        _full(hub_files, LAYER_PREFIX + "self_attn.q_proj.weight"))
 
 
@@ -204,7 +205,7 @@ def test_only_softmax_attention_layers_can_be_fetched(hub, cache):
 
 
 def _cli(*args, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "course.weights_cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "course.tools.weights_cli", *args], capture_output=True, text=True,
                           env={**os.environ, **env}, stdin=subprocess.DEVNULL, timeout=300)
 
 
@@ -222,7 +223,7 @@ def test_a_server_without_ranges_is_refused_clearly(hub_files, cache, tmp_path):
     try:
         with pytest.raises(qwen35_fetch.RangeUnsupported, match="ignores HTTP range requests"):
             qwen35_fetch.fetch([3], PROMPT_IDS, endpoint=server.url, progress=False)
-        assert not (weights.partial_folder() / "model.safetensors").exists()
+        assert not (qwen35_weights.partial_folder() / "model.safetensors").exists()
         done = _cli("qwen35", "--quiet", env={"HF_ENDPOINT": server.url, "ATTENTION_COURSE_CACHE": str(tmp_path / "c")})
         assert done.returncode == 1 and "ignores HTTP range requests" in done.stderr, done.stderr
         assert "--full-download" in done.stderr
@@ -241,11 +242,11 @@ def test_a_server_without_ranges_is_streamed_when_allowed(cache, tmp_path):
         server.shutdown()
     # Each shard streamed at most once, up to the last byte needed of it; only the needed bytes are kept.
     shards = sum(f.stat().st_size for f in files.glob("*-of-*.safetensors"))
-    small_files = (files / "config.json").stat().st_size + (files / weights.INDEX_FILE).stat().st_size
+    small_files = (files / "config.json").stat().st_size + (files / qwen35_weights.INDEX_FILE).stat().st_size
     assert traffic.needed < traffic.received <= shards + small_files
-    for name, tensor in weights.load_attention_layer(3, folder, verbose=False).items():
+    for name, tensor in qwen35_weights.load_attention_layer(3, folder, verbose=False).items():
         assert _same_bytes(tensor, _full(files, LAYER_PREFIX + name)), name
-    assert _same_bytes(weights.load_embedding_rows(tokens, folder, verbose=False), _full(files, EMBEDDINGS, tokens))
+    assert _same_bytes(qwen35_weights.load_embedding_rows(tokens, folder, verbose=False), _full(files, EMBEDDINGS, tokens))
 
 
 def test_an_unreachable_endpoint_says_so(cache):

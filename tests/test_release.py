@@ -6,9 +6,9 @@ import shutil
 import pytest
 from nbclient import NotebookClient
 
-from autograder.assignments import ASSIGNMENTS
-from autograder.release import ReleaseError, build_source_notebook, main, solution_code
-from autograder.release import source_file as source_path
+from autograder.engine.assignments import ASSIGNMENTS
+from autograder.instructor.release import ReleaseError, build_source_notebook, main, solution_code
+from autograder.instructor.release import source_file as source_path
 from tests.notebooks import ASSIGNMENT, released_path
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.checks.modules import linear_weights
+from autograder.engine.inputs.modules import linear_weights
 from solutions.gqa_kv_cache import GroupedQueryAttention, KVCache
 
 CONFIGS = {"MHA": (32, 4, 4, None), "GQA": (32, 4, 2, None), "MQA": (32, 4, 1, None),

@@ -1,9 +1,9 @@
 """Each grader passes on correct student code, fails on the stubs, and names seeded mistakes."""
 import pytest
 
-from autograder.assignments import ASSIGNMENTS, EXERCISES
-from autograder.exercise import NOT_IMPLEMENTED, grade
-from autograder.notebook_source import Cell
+from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
+from autograder.engine.exercise import NOT_IMPLEMENTED, grade
+from autograder.engine.student_code import Cell
 from tests.student_code import CORRECT_01, MISTAKES_01, notebook_code
 
 

@@ -2,9 +2,9 @@
 and name seeded mistakes, including seed 003's discarded ``masked_fill``."""
 import pytest
 
-from autograder.assignments import ASSIGNMENTS
-from autograder.exercise import NOT_IMPLEMENTED, grade
-from autograder.notebook_source import Cell
+from autograder.engine.assignments import ASSIGNMENTS
+from autograder.engine.exercise import NOT_IMPLEMENTED, grade
+from autograder.engine.student_code import Cell
 from tests import student_code_02, student_code_03
 
 STUDENTS = {"02_multi_head": student_code_02, "03_gqa_kv_cache": student_code_03}

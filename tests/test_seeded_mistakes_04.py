@@ -2,9 +2,9 @@
 seeded mistakes written independently of their catalogue."""
 import pytest
 
-from autograder.assignments import ASSIGNMENTS
-from autograder.exercise import NOT_IMPLEMENTED, grade
-from autograder.notebook_source import Cell
+from autograder.engine.assignments import ASSIGNMENTS
+from autograder.engine.exercise import NOT_IMPLEMENTED, grade
+from autograder.engine.student_code import Cell
 from tests import student_code_04 as student
 
 EXERCISES = ASSIGNMENTS["04_rope_mla"]

@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from autograder.assignments import ASSIGNMENTS, REPO
-from autograder.exercise import NOT_IMPLEMENTED, grade
-from autograder.notebook_source import Cell
+from autograder.engine.assignments import ASSIGNMENTS
+from course.layout import ROOT as REPO
+from autograder.engine.exercise import NOT_IMPLEMENTED, grade
+from autograder.engine.student_code import Cell
 from course import smollm2
 from tests import student_code as student_01
 from tests import student_code_07 as student

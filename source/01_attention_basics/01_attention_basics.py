@@ -45,7 +45,8 @@ import math
 import matplotlib.pyplot as plt
 import torch
 
-from course import plotting, toy
+from course import toy
+from course.tools import plotting
 
 torch.set_printoptions(precision=3, sci_mode=False)
 
@@ -221,7 +222,7 @@ assert got.dtype == torch.bfloat16, f"输入是 bfloat16，输出也应是 bfloa
 print("✓ attention_scores：手算的分数对上了，批量形状和 dtype 也对")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("attention_scores")
 ### END HIDDEN TESTS
 
@@ -291,7 +292,7 @@ assert torch.equal(got, expected), f"causal_mask(2, 5) 应是\n{expected}\n得�
 print("✓ causal_mask：方阵和带缓存的情况都对")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("causal_mask")
 ### END HIDDEN TESTS
 
@@ -349,7 +350,7 @@ assert combined.shape == (2, 1, 4, 4), f"和因果掩码合并后应是 (2, 1, 4
 print("✓ padding_mask：形状、dtype 和取值都对，能和因果掩码合并")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("padding_mask")
 ### END HIDDEN TESTS
 
@@ -432,7 +433,7 @@ assert got.dtype == torch.bfloat16, f"输入是 bfloat16，输出也应是 bfloa
 print("✓ masked_softmax：手算的权重对上了，遮住的位置是 0，整行被遮住时是全 0")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("masked_softmax")
 ### END HIDDEN TESTS
 
@@ -475,7 +476,7 @@ assert out.shape == (2, 3, 4, 5) and w.shape == (2, 3, 4, 6), \
 print("✓ attention：三个 token 的例子对上了，Dv ≠ D 时形状也对")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("attention")
 ### END HIDDEN TESTS
 

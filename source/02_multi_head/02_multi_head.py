@@ -49,7 +49,8 @@ import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
-from course import plotting, toy
+from course import toy
+from course.tools import plotting
 
 torch.set_printoptions(precision=3, sci_mode=False)
 plotting.use_chinese_font()  # Chinese titles and labels in every figure below
@@ -225,7 +226,7 @@ assert got.shape == (2, 8, 5, 64), f"[2, 5, 512] 拆成 8 个头应是 (2, 8, 5,
 print("✓ split_heads：形状对，每个头拿到的是每个 token 的一段连续特征")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("split_heads")
 ### END HIDDEN TESTS
 
@@ -259,7 +260,7 @@ assert torch.equal(got[0], expected), f"token 0 应是 [头 0 的 (0, 1) | 头 1
 print("✓ merge_heads：形状对，和 split_heads 互为逆操作")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("merge_heads")
 ### END HIDDEN TESTS
 
@@ -344,7 +345,7 @@ assert torch.allclose(batched[1, :3], mha(short, causal=False)[0], atol=1e-5), \
 print("✓ MultiHeadAttention：参数名和形状对，因果掩码、causal=False 和 padding 都对")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("MultiHeadAttention")
 ### END HIDDEN TESTS
 

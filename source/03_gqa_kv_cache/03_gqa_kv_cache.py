@@ -49,7 +49,7 @@ import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
-from course import plotting
+from course.tools import plotting
 
 torch.set_printoptions(precision=3, sci_mode=False)
 plotting.use_chinese_font()  # Chinese titles and labels in every figure below
@@ -158,7 +158,7 @@ assert len(cache) == 4, f"len() 应是 4，得到 {len(cache)}"
 print("✓ KVCache：沿序列维追加，返回全部缓存，len() 数的是位置")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("KVCache")
 ### END HIDDEN TESTS
 
@@ -263,7 +263,7 @@ assert torch.equal(repeat_kv(x_check, 1), x_check), "n_rep = 1 时应原样返�
 print("✓ repeat_kv：形状对，头的顺序也对")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("repeat_kv")
 ### END HIDDEN TESTS
 
@@ -378,7 +378,7 @@ for kv_heads in (8, 1):
 print("✓ GroupedQueryAttention：参数形状对，带缓存解码等于整句计算，padding 对，MHA / MQA 都能跑")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("GroupedQueryAttention")
 ### END HIDDEN TESTS
 
@@ -457,7 +457,7 @@ assert got == 2 * 3 * 5 * 7 * 2 * 16 * 4, f"每个参数都要乘进去：期望
 print("✓ kv_cache_bytes：Qwen3.5-0.8B 和 MHA/MQA/GQA 教程里的例子都对上了")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("kv_cache_bytes")
 ### END HIDDEN TESTS
 

@@ -51,7 +51,7 @@ import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
-from course import plotting
+from course.tools import plotting
 
 torch.set_printoptions(precision=4, sci_mode=False)
 plotting.use_chinese_font()
@@ -193,7 +193,7 @@ assert torch.allclose(cos_later[0], torch.tensor([7.0, 0.7, 7.0, 0.7]).cos(), at
 print("✓ rope_cos_sin：角度、排列和任意起点的位置都对")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("rope_cos_sin")
 ### END HIDDEN TESTS
 
@@ -256,7 +256,7 @@ assert got.dtype == torch.bfloat16, f"输入是 bfloat16，输出也应是 bfloa
 print("✓ apply_rope：配对、方向、长度和 dtype 都对")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("apply_rope")
 ### END HIDDEN TESTS
 
@@ -550,7 +550,7 @@ assert len(cache_check) == 4, f"len() 应是 4，得到 {len(cache_check)}"
 print("✓ LatentKVCache：追加的维度、顺序、返回值和 len() 都对")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("LatentKVCache")
 ### END HIDDEN TESTS
 
@@ -719,7 +719,7 @@ assert torch.allclose(padded_out[0], out_mla[0], atol=1e-5), "第一句没有 pa
 print("✓ MultiHeadLatentAttention：子模块、因果掩码、padding，以及带缓存解码等于整句计算")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("MultiHeadLatentAttention")
 ### END HIDDEN TESTS
 
@@ -781,7 +781,7 @@ assert torch.allclose(torch.cat(steps_abs, dim=1), whole, atol=1e-5), "带缓存
 print("✓ forward_absorbed：和 forward 一样，带缓存也一样")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("forward_absorbed")
 ### END HIDDEN TESTS
 
@@ -811,7 +811,7 @@ assert type(got) is int, f"应返回 Python 的 int，得到 {type(got).__name__
 print("✓ mla_cache_bytes：教程和 DeepSeek-V2 的数都对上了")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("mla_cache_bytes")
 ### END HIDDEN TESTS
 

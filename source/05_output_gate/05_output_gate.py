@@ -43,8 +43,9 @@
 import matplotlib.pyplot as plt
 import torch
 
-from course import plotting, toy
-from course.weights import load_config
+from course import toy
+from course.tools import plotting
+from course.qwen35_weights import load_config
 
 torch.set_printoptions(precision=4, sci_mode=False)
 plotting.use_chinese_font()
@@ -349,7 +350,7 @@ assert query.shape == (2, 5, 4, 8) and gate.shape == (2, 5, 4, 8), \
 print("✓ split_query_gate：每个头的 query 和门都拆对了")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("split_query_gate")
 ### END HIDDEN TESTS
 
@@ -445,7 +446,7 @@ assert got.dtype == torch.bfloat16 and got.shape == (2, 3, 4, 8), \
 print("✓ apply_output_gate：「书」的门算对了，极端分数下也没有溢出")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("apply_output_gate")
 ### END HIDDEN TESTS
 
@@ -592,7 +593,7 @@ assert torch.allclose(got, auto_grad, atol=1e-5), f"随机例子上和 autograd 
 print("✓ gate_gradient：第 0 步的梯度对上了，随机例子上和 torch.autograd 一致")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("gate_gradient")
 ### END HIDDEN TESTS
 

@@ -34,7 +34,7 @@
 # > `data/make_qwen35_fixture.py` 按固定种子生成的随机数。所以第 6 节画出的注意力模式和门的数值
 # > **不代表**训练好的模型；代码路径、形状和参数量则与真模型完全相同。
 # >
-# > 加载代码是真的。`course.weights` 按这个顺序找权重：① 加载函数的 `path` 参数；② 环境变量 `QWEN35_PATH`
+# > 加载代码是真的。`course.qwen35_weights` 按这个顺序找权重：① 加载函数的 `path` 参数；② 环境变量 `QWEN35_PATH`
 # > 指向的文件夹；③ Hugging Face 缓存（`huggingface-cli download Qwen/Qwen3.5-0.8B` 下载到的地方）；
 # > 都没有时才用替身。每次加载都会打印一行，说明用的是哪一份。手头有真模型的话，设好 `QWEN35_PATH`
 # > 或下载到缓存里，重新运行这个 notebook 即可，不用改任何代码。
@@ -60,9 +60,9 @@ import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
-from course import plotting
-from course.tokenizer import load_tokenizer, token_pieces
-from course.weights import find_checkpoint, load_attention_layer, load_config, load_embedding_rows, submodule_state
+from course.tools import plotting
+from course.tools.tokenizer import load_tokenizer, token_pieces
+from course.qwen35_weights import find_checkpoint, load_attention_layer, load_config, load_embedding_rows, submodule_state
 
 torch.set_printoptions(precision=4, sci_mode=False)
 plotting.use_chinese_font()
@@ -73,7 +73,7 @@ plotting.use_chinese_font()
 # %% [markdown]
 # ## 1. 全景：24 层里的 6 层
 #
-# 先看看 config。`load_config()` 读的是 `course.weights` 找到的那份 checkpoint 的 `config.json`，
+# 先看看 config。`load_config()` 读的是 `course.qwen35_weights` 找到的那份 checkpoint 的 `config.json`，
 # 属性名和 Hugging Face 的 `Qwen3_5TextConfig` 一样（`hidden_size`、`num_attention_heads`……），
 # 所以你的模块用它或 `transformers` 的 config 都行。
 
@@ -189,7 +189,7 @@ assert torch.equal(got, torch.zeros(1, 4)), f"全 0 的输入应输出全 0（ep
 print("✓ ZeroCenteredRMSNorm：初始化、(1 + weight)、float16 和全 0 输入都对")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("ZeroCenteredRMSNorm")
 ### END HIDDEN TESTS
 
@@ -284,7 +284,7 @@ assert got.dtype == torch.bfloat16, f"输入是 bfloat16，输出也应是 bfloa
 print("✓ apply_partial_rope：配对、方向、不转的维和 dtype 都对")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("apply_partial_rope")
 ### END HIDDEN TESTS
 
@@ -573,7 +573,7 @@ assert out_closed.abs().max() < 1e-4, \
 print("✓ Qwen35Attention：子模块、形状、因果掩码、padding 和输出门都对")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("Qwen35Attention")
 ### END HIDDEN TESTS
 

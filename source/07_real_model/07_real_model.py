@@ -73,7 +73,8 @@ from tokenizers import Tokenizer
 from torch import nn
 from torch.nn import functional as F
 
-from course import plotting, smollm2
+from course import smollm2
+from course.tools import plotting
 from course.llama import DecoderLayer, load_model, read_config
 
 torch.set_printoptions(precision=4, sci_mode=False)
@@ -272,7 +273,7 @@ assert in_bf16.dtype == torch.bfloat16, f"bfloat16 进来应是 bfloat16 出去�
 print("✓ LlamaAttention：子模块、手算的例子、因果掩码、缓存、padding 和 dtype 都对")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("LlamaAttention")
 ### END HIDDEN TESTS
 
@@ -440,7 +441,7 @@ assert all(torch.equal(together[i], alone[i][0]) for i in range(2)), \
 print("✓ greedy_generate：和逐步重算的结果一样，每步只送 1 个 token，padding 的一批也对")
 
 ### BEGIN HIDDEN TESTS
-from autograder.notebook import grade
+from autograder.instructor.hidden_cells import grade
 grade("greedy_generate")
 ### END HIDDEN TESTS
 

@@ -1,0 +1,38 @@
+"""Check of ``apply_output_gate(attn_out, gate)`` = ``attn_out * sigmoid(gate)``, elementwise."""
+import torch
+
+from autograder.engine.inputs.seeded import dtype_name, generator, randn
+from autograder.engine.protocols import Case
+from autograder.engine.exercise import Exercise, Mistake
+from solutions.output_gate import apply_output_gate
+
+# The 书 / 她 toy of the notebook: two heads (pronoun, grammar) with two dims each.
+HEAD_OUTPUTS = {"书": [[0.8, -0.3], [0.4, 0.9]], "她": [[1.2, 0.5], [0.3, -0.2]]}
+GATE_SCORES = {"书": [[-4.5, -4.5], [2.0, 1.0]], "她": [[6.5, 5.5], [-1.0, -1.0]]}
+
+
+def cases() -> list[Case]:
+    found = [Case(f"「{word}」的玩具例子：两个头的输出 {HEAD_OUTPUTS[word]}，门分数 {GATE_SCORES[word]}",
+                  (torch.tensor(HEAD_OUTPUTS[word]), torch.tensor(GATE_SCORES[word]))) for word in HEAD_OUTPUTS]
+    gen = generator(52)
+    for shape, dtype in [((2, 5, 4, 8), torch.float32), ((1, 3, 2, 16), torch.float64),
+                         ((2, 4, 64), torch.bfloat16)]:
+        found.append(Case(f"随机输出和门分数 {list(shape)}，{dtype_name(dtype)}",
+                          (randn(gen, *shape, dtype=dtype), randn(gen, *shape, dtype=dtype, scale=4))))
+    found.append(Case("门分数很大（±30）：门应是 0 或 1，不能溢出成 NaN",
+                      (randn(gen, 2, 3, 4), randn(gen, 2, 3, 4, scale=30))))
+    return found
+
+
+MISTAKES = (
+    Mistake("门分数没有过 sigmoid", "门是 sigmoid(gate)，把分数压到 0～1 之间再相乘。",
+            lambda out, gate: out * gate),
+    Mistake("用了 1 − sigmoid(gate)", "分数越大门越开：乘 sigmoid(gate)。",
+            lambda out, gate: out * (1 - torch.sigmoid(gate))),
+    Mistake("sigmoid 用在了注意力输出上", "sigmoid 只作用在门分数上：attn_out * sigmoid(gate)。",
+            lambda out, gate: torch.sigmoid(out) * gate),
+    Mistake("门是加上去的，不是乘上去的", "门逐维相乘：attn_out * sigmoid(gate)。",
+            lambda out, gate: out + torch.sigmoid(gate)),
+)
+
+EXERCISE = Exercise("apply_output_gate", 2, apply_output_gate, cases, MISTAKES)

@@ -1,0 +1,47 @@
+"""Check of ``gate_gradient(x, w, r, o, t)``: the hand-derived gradient of the gate's squared error."""
+import torch
+
+from autograder.engine.inputs.seeded import dtype_name, generator, randn
+from autograder.engine.protocols import Case
+from autograder.engine.exercise import Exercise, Mistake
+from solutions.output_gate import gate_gradient
+
+
+def _sgd_toy(w):
+    """The notebook's two tokens: 问号 (the head has the answer) and 数字 (the head only adds noise)."""
+    x = torch.eye(2)  # one feature per token
+    residual, head_output = torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.8])
+    return x, torch.tensor(w), residual, head_output, torch.ones(2)
+
+
+def cases() -> list[Case]:
+    gen = generator(53)
+    found = [Case("问号 / 数字的例子，初始 w = [0.01, −0.02]（第 0 步的梯度约为 [−0.124, +0.079]）",
+                  _sgd_toy([0.01, -0.02])),
+             Case("同一个例子，w = [2.835, −2.568]（200 步之后，门接近 0 和 1，梯度变得很小）",
+                  _sgd_toy([2.835, -2.568]))]
+    for tokens, features, dtype in [(5, 3, torch.float32), (7, 4, torch.float64), (1, 6, torch.float32)]:
+        found.append(Case(f"随机 {tokens} 个 token、{features} 个特征，{dtype_name(dtype)}",
+                          (randn(gen, tokens, features, dtype=dtype), randn(gen, features, dtype=dtype),
+                           randn(gen, tokens, dtype=dtype), randn(gen, tokens, dtype=dtype),
+                           randn(gen, tokens, dtype=dtype))))
+    return found
+
+
+def _parts(x, w, r, o, t):
+    g = torch.sigmoid(x @ w)
+    return g, r + g * o - t
+
+
+MISTAKES = (
+    Mistake("漏了 sigmoid 的导数 g(1 − g)", "链式法则要乘上 sigmoid 的斜率：dg/dz = g·(1 − g)。",
+            lambda x, w, r, o, t: (lambda g, err: (err * o) @ x)(*_parts(x, w, r, o, t))),
+    Mistake("漏了头的输出 o", "y = r + g·o，所以 dy/dg = o。",
+            lambda x, w, r, o, t: (lambda g, err: (err * g * (1 - g)) @ x)(*_parts(x, w, r, o, t))),
+    Mistake("符号反了：用了 t − y", "损失是 (y − t)²/2，对 y 的导数是 y − t。",
+            lambda x, w, r, o, t: -gate_gradient(x, w, r, o, t)),
+    Mistake("没有对 token 求和", "w 由所有 token 共用，梯度是每个 token 的贡献之和，形状是 [F]。",
+            lambda x, w, r, o, t: (lambda g, err: (err * o * g * (1 - g))[:, None] * x)(*_parts(x, w, r, o, t))),
+)
+
+EXERCISE = Exercise("gate_gradient", 2, gate_gradient, cases, MISTAKES)

@@ -1,0 +1,111 @@
+"""Check of ``greedy_generate(model, input_ids, max_new_tokens, attention_mask=None)``: greedy decoding through one
+``KVCache`` per layer of the real SmolLM2-135M-Instruct, whose every layer runs the student's own
+``LlamaAttention``. The tokens must be the reference's, one for one, and the model must read each position once
+(the prompt, then the new tokens through the caches), not the whole sequence again for every token."""
+import torch
+
+from autograder.engine.protocols import Case, call_generate
+from autograder.engine.inputs import smollm2
+from autograder.engine.exercise import Exercise, Mistake
+from course.smollm2 import chat_prompt
+# The loops below run in a model built with the LlamaAttention found among this module's names, and
+# decode with its KVCache (calls.call_generate).
+from solutions.gqa_kv_cache import KVCache
+from solutions.real_model import LlamaAttention, greedy_generate  # noqa: F401
+
+QUESTION = "What is the capital of France?"
+# Every case says so: when the student's attention is wrong, the tokens are wrong, however right the loop is.
+_OWN_ATTENTION = "模型的每一层用的是你自己的 LlamaAttention：它还没通过的话，先让它通过，这一题多半会跟着通过。"
+
+
+def _case(folder, texts, max_new_tokens, note, shown=None) -> Case:
+    ids, mask = smollm2.encode_batch(folder, texts)
+    prompts = "、".join(f"“{text}”" for text in (shown or texts))
+    padding = "，短的那句左侧 padding（给了 attention_mask）" if mask is not None else ""
+    label = (f"{note}提示词 {prompts}（{ids.shape[1]} 个 token{padding}），生成 {max_new_tokens} 个 token。"
+             f"{_OWN_ATTENTION}")
+    return Case(label, (str(folder), ids, max_new_tokens, mask))
+
+
+def cases() -> list[Case]:
+    folder = smollm2.model_folder()
+    return [
+        _case(folder, ["The capital of France is"], 5, ""),
+        _case(folder, ["The quick brown fox jumps over the", "Paris is the capital of"], 4, "一批两句，"),
+        _case(folder, [chat_prompt(QUESTION)], 4, "对话格式，", shown=[f"用户问：{QUESTION}"]),
+        _case(folder, ["Once upon a time"], 1, "只生成一个 token，"),
+    ]
+
+
+# The reference's tokens for each prompt already generated in this process, with the model they came from
+# (kept, so that its id stays its own): grading a class generates each prompt once, not once per student.
+_GENERATED: dict[tuple, tuple] = {}
+
+
+def reference(model, input_ids, max_new_tokens, attention_mask=None):
+    """``solutions.real_model.greedy_generate``, remembered per model and prompt. (A remembered answer calls no
+    model at all, which ``call_generate`` counts as reading each position at most once, as the reference does.)"""
+    key = (id(model), tuple(input_ids.shape), input_ids.numpy().tobytes(), max_new_tokens,
+           None if attention_mask is None else attention_mask.numpy().tobytes())
+    if key not in _GENERATED:
+        _GENERATED[key] = model, greedy_generate(model, input_ids, max_new_tokens, attention_mask=attention_mask)
+    return _GENERATED[key][1].clone()
+
+
+def _loop(*, position=-1, shared_cache=False, cached=True, whole_sequence=False):
+    """Greedy decoding with one thing done wrong: the logits of another ``position``, one cache object for
+    every layer, no cache (each step sees only its new token), or the whole sequence fed again each step."""
+    def generate(model, input_ids, max_new_tokens, attention_mask=None):
+        caches = [KVCache()] * len(model.layers) if shared_cache else [KVCache() for _ in model.layers]
+        sequence, step, mask, chosen = input_ids, input_ids, attention_mask, []
+        for _ in range(max_new_tokens):
+            logits = model(sequence if whole_sequence else step, attention_mask=mask,
+                           caches=caches if cached else None)
+            step = logits[:, position].argmax(dim=-1, keepdim=True)
+            chosen.append(step)
+            sequence = torch.cat([sequence, step], dim=1)
+            if mask is not None:
+                mask = torch.cat([mask, torch.ones_like(step)], dim=1)
+        return torch.cat(chosen, dim=1)
+    return generate
+
+
+def _returned_the_prompt(case: Case, got) -> bool:
+    """The prompt came back in front of the new tokens: ``[B, T + max_new_tokens]``."""
+    _, input_ids, max_new_tokens, _ = case.args
+    tokens = got[0] if isinstance(got, (tuple, list)) and got else None
+    return (isinstance(tokens, torch.Tensor)
+            and tokens.shape == (input_ids.shape[0], input_ids.shape[1] + max_new_tokens)
+            and torch.equal(tokens[:, :input_ids.shape[1]], input_ids))
+
+
+_STEP = ("第一步把整段提示词送进模型（prefill），之后每一步只送上一步选出的那一个 token [B, 1]，"
+         "缓存里已经有前面所有位置的 K、V。")
+
+
+def _right_tokens_without_the_cache(case: Case, got) -> bool:
+    """The tokens are the reference's, but the model read far more positions than the prompt and the new tokens."""
+    want, _ = call_generate(reference, case)
+    return (isinstance(got, (tuple, list)) and len(got) == 2 and isinstance(got[0], torch.Tensor)
+            and got[0].shape == want.shape and torch.equal(got[0], want) and not bool(got[1]))
+
+
+MISTAKES = (
+    Mistake("每一步都把整个序列又送了一遍，没有靠 KV cache 只送新 token", "生成的 token 对了，可是每一步都把越来越长的整个序列"
+            "送进模型，前面位置的 K、V 一遍遍重算，生成 n 个 token 的计算量随 n² 增长（带着缓存这样送，缓存里的位置还会重复）。"
+            + _STEP, matches=_right_tokens_without_the_cache),
+    Mistake("返回的 token 里包括了提示词", "只返回新生成的 max_new_tokens 个 token：形状 [B, max_new_tokens]。",
+            matches=_returned_the_prompt),
+    Mistake("所有层共用了一个 KVCache", "[KVCache()] * n 是同一个对象重复 n 次，所有层的 K、V 会挤进同一个缓存。"
+            "每层要有自己的缓存：[KVCache() for _ in model.layers]。", _loop(shared_cache=True)),
+    Mistake("带着缓存把整个序列又送了一遍", _STEP + "缓存里已有的位置再送一遍，它们就在缓存里出现了两次。",
+            _loop(whole_sequence=True)),
+    Mistake("解码时没有把缓存交给模型", _STEP + "不给 caches，模型看到的就只有这一个 token，前文全丢了。", _loop(cached=False)),
+    Mistake("取了第一个位置的 logits", "下一个 token 看的是最后一个位置的预测：logits[:, -1]，[B, T, vocab] 里 T 这一维取 −1。",
+            _loop(position=0)),
+)
+
+OUTPUT_NAMES = ("生成的 token id [B, max_new_tokens]", "模型是否只读了一遍提示词、每个新 token 各一次（带缓存解码）")
+
+EXERCISE = Exercise("greedy_generate", 4, reference, cases, MISTAKES, output_names=OUTPUT_NAMES,
+                    call=call_generate)

@@ -1,0 +1,47 @@
+"""Check of ``merge_heads(x)``: ``[B, H, T, D] → [B, T, H·D]``, the inverse of ``split_heads``."""
+import torch
+
+from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
+from autograder.engine.protocols import Case
+from autograder.engine.exercise import Exercise, Mistake
+from solutions.multi_head import merge_heads
+
+
+def cases() -> list[Case]:
+    gen = generator(22)
+    numbered = torch.arange(2 * 2 * 3 * 2, dtype=torch.float32).reshape(2, 2, 3, 2)
+    found = [Case("小例子：x = arange(24).reshape(2, 2, 3, 2)（batch 2、2 个头、3 个 token、head_dim 2）", (numbered,))]
+    for dims, dtype in [
+        ((2, 4, 5, 3), torch.float32),
+        ((2, 8, 5, 64), torch.float32),   # back from seed 004's 8 heads of 64 to [2, 5, 512]
+        ((1, 4, 1, 2), torch.float32),    # one token
+        ((3, 1, 4, 6), torch.float32),    # one head
+        ((2, 3, 6, 4), torch.float64),
+        ((2, 2, 4, 8), torch.bfloat16),
+    ]:
+        x = randn(gen, *dims, dtype=dtype)
+        found.append(Case(f"随机输入 x {shape(x)}，{dtype_name(dtype)}", (x,)))
+    found.append(Case("x 是 transpose 得到的（内存不连续）：[2, 3, 4, 5] 的 transpose(1, 2)",
+                      (randn(gen, 2, 4, 3, 5).transpose(1, 2),)))
+    return found
+
+
+def _batch_seq(x):
+    return x.shape[0], x.shape[2]
+
+
+MISTAKES = (
+    Mistake("没有先 transpose 就 reshape，各头的结果被打乱了",
+            "[B, H, T, D] 直接 reshape 成 [B, T, H·D] 会把同一个头不同 token 的结果拼成一行："
+            "先 transpose(1, 2) 成 [B, T, H, D]，再 reshape。",
+            lambda x: x.reshape(*_batch_seq(x), -1)),
+    Mistake("拼接顺序反了：每个 token 的特征按 [D, H] 而不是 [H, D] 排",
+            "transpose(1, 2) 之后是 [B, T, H, D]，reshape 时把 H 和 D 合并，头 0 的 D 个数在最前面。",
+            lambda x: x.permute(0, 2, 3, 1).reshape(*_batch_seq(x), -1)),
+    Mistake("把各头加在一起了，而不是拼接", "多头的输出是并排拼接成 H·D 维，不是求和或平均。",
+            lambda x: x.sum(dim=1)),
+    Mistake("把各头平均了，而不是拼接", "多头的输出是并排拼接成 H·D 维，不是求和或平均。",
+            lambda x: x.mean(dim=1)),
+)
+
+EXERCISE = Exercise("merge_heads", 2, merge_heads, cases, MISTAKES)

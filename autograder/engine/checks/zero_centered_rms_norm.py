@@ -1,0 +1,78 @@
+"""Check of ``ZeroCenteredRMSNorm(dim, eps)``: ``x · rsqrt(mean(x²) + eps) · (1 + weight)``, computed in
+float32 and cast back; the weight starts at zero."""
+import torch
+from torch import nn
+
+from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
+from autograder.engine.protocols import Case, call_norm
+from autograder.engine.exercise import Exercise, Mistake
+from autograder.engine.tolerances import Tolerance
+from solutions.qwen35_attention import ZeroCenteredRMSNorm
+
+TOLERANCES = {
+    # Float32 arithmetic rounded once to bfloat16 is within half a bfloat16 step (0.4%); arithmetic
+    # done in bfloat16 itself rounds at every step and lands outside this bound.
+    torch.bfloat16: Tolerance(atol=1e-3, rtol=8e-3),
+}
+
+
+def cases() -> list[Case]:
+    gen = generator(61)
+    found = [Case("刚初始化的 norm（不加载权重）：weight 应为 0，缩放正好是 1", (8, 1e-6, None, randn(gen, 2, 3, 8)))]
+    for lead, dim, eps, dtype, scale in [((2, 3), 8, 1e-6, torch.float32, 1.0),
+                                         ((2, 4, 3), 16, 1e-6, torch.float64, 1.0),
+                                         ((2, 5), 32, 0.5, torch.float32, 0.3),
+                                         ((2, 3), 64, 1e-6, torch.float16, 400.0),
+                                         ((1, 8, 6), 256, 1e-6, torch.bfloat16, 1.0)]:
+        weight = randn(gen, dim, dtype=dtype, scale=0.3)
+        x = randn(gen, *lead, dim, dtype=dtype, scale=scale)
+        note = "，数值在几百的量级（x² 会超出 float16 的范围）" if dtype == torch.float16 else ""
+        note += f"，eps={eps}" if eps != 1e-6 else ""
+        found.append(Case(f"随机 x {shape(x)}、随机 weight [{dim}]，{dtype_name(dtype)}{note}",
+                          (dim, eps, weight, x)))
+    return found
+
+
+class _Variant(ZeroCenteredRMSNorm):
+    """The reference with one step changed by ``native``, ``normalise`` or ``scale``."""
+
+    native = False  # compute in the input's dtype instead of float32
+
+    def forward(self, x):
+        x32 = x if self.native else x.float()
+        return self.scale(self.normalise(x32), self.weight.to(x32.dtype)).to(x.dtype)
+
+    def normalise(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+
+    def scale(self, normed, weight):
+        return normed * (1.0 + weight)
+
+
+def _variant(**overrides):
+    return type("Mistake", (_Variant,), overrides)
+
+
+def _init_ones(dim, eps):
+    norm = ZeroCenteredRMSNorm(dim, eps)
+    nn.init.ones_(norm.weight)
+    return norm
+
+
+MISTAKES = (
+    Mistake("乘的是 weight 而不是 (1 + weight)", "Qwen3.5 的 norm 是零中心的：权重存的是相对 1 的偏移，要乘 (1 + weight)。",
+            _variant(scale=lambda self, normed, weight: normed * weight)),
+    Mistake("weight 没有初始化成 0", "零中心 norm 的 weight 初始化为 0（nn.Parameter(torch.zeros(dim))），"
+            "这样一开始乘的是 1 + 0 = 1。",
+            _init_ones),
+    Mistake("没有在 float32 里计算", "先 x.float()，算完再 .to(x.dtype)：float16 下 x² 会溢出成 inf，bfloat16 下每一步都在丢精度。",
+            _variant(native=True), native_dtype=True),
+    Mistake("eps 加在了根号外面", "是 rsqrt(mean(x²) + eps)：eps 在根号里面。",
+            _variant(normalise=lambda self, x: x / (x.pow(2).mean(dim=-1, keepdim=True).sqrt() + self.eps))),
+    Mistake("减去了均值（那是 LayerNorm）", "RMSNorm 不减均值，只除以均方根。",
+            _variant(normalise=lambda self, x: (x - x.mean(-1, keepdim=True)) * torch.rsqrt(
+                x.var(-1, keepdim=True, unbiased=False) + self.eps))),
+)
+
+EXERCISE = Exercise("ZeroCenteredRMSNorm", 3, ZeroCenteredRMSNorm, cases, MISTAKES, call=call_norm,
+                    tolerance_overrides=TOLERANCES)

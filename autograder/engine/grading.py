@@ -1,0 +1,88 @@
+"""Grading entry points: one exercise, one notebook's code, one notebook file, one source text. Every channel
+— ``pytest autograder/``, ``course-grade``, Gradescope, nbgrader, the hidden-test cells and the public API of
+``autograder`` — ends in ``judge`` here, so they all give the same verdicts.
+
+A failure of the grader itself (the sandbox cannot start, a check raises) is that exercise's zero marked
+``grader_problem``, never a lost verdict: every exercise asked for gets one.
+"""
+import time
+from pathlib import Path
+
+from autograder.engine import limits
+from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
+from autograder.engine.exercise import Verdict, grade, grader_problem
+from autograder.engine.ipynb import NotebookError, parse_code_cells, read_code_cells
+from autograder.engine.sandbox.client import Sandbox
+from autograder.engine.student_code import Cell
+from autograder.engine.submission import SubmissionError, notebooks
+
+# Below this many seconds left, an exercise is not started: it could not finish, and its message would
+# blame a timeout the student's code did not cause.
+_LEAST_S = 1.0
+OUT_OF_TIME = ("整本 notebook 的评分时间（{cap:g} 秒）已经用完，这一题没有评分："
+               "前面的练习是不是有死循环，或者算得特别慢？")
+
+
+def judge(exercise, cells: "list[Cell] | NotebookError", sandbox: Sandbox | None = None,
+          timeout_s: float = limits.EXERCISE_TIMEOUT_S) -> Verdict:
+    """The verdict on ``exercise`` (an ``Exercise``) for the student's ``cells``; an unreadable notebook
+    fails it with the notebook's message."""
+    if isinstance(cells, NotebookError):
+        return Verdict(exercise.name, 0, exercise.points, str(cells))
+    try:
+        return grade(exercise, cells, sandbox, timeout_s=timeout_s)
+    except Exception as e:  # noqa: BLE001 - a grader failure is this exercise's zero, never a lost verdict
+        return grader_problem(exercise, f"{type(e).__name__}: {e}")
+
+
+def notebook_cells(data: bytes | None, problem: str, name: str) -> list[Cell] | NotebookError:
+    """The code cells of a notebook's bytes, or why there are none (``problem`` when there are no bytes)."""
+    if data is None:
+        return NotebookError(problem)
+    try:
+        return parse_code_cells(data, name)
+    except NotebookError as e:
+        return e
+
+
+def grade_cells(assignment: str, cells: list[Cell] | NotebookError, sandbox: Sandbox | None = None,
+                cap_s: float | None = None) -> list[Verdict]:
+    """The verdict on each exercise of ``assignment``, in order. Once ``cap_s`` seconds are spent (no cap
+    when None), the exercises left fail with ``OUT_OF_TIME``."""
+    deadline = None if cap_s is None else time.monotonic() + cap_s
+    verdicts = []
+    for exercise in ASSIGNMENTS[assignment]:
+        left = limits.EXERCISE_TIMEOUT_S if deadline is None else deadline - time.monotonic()
+        if not isinstance(cells, NotebookError) and left < _LEAST_S:
+            verdicts.append(Verdict(exercise.name, 0, exercise.points, OUT_OF_TIME.format(cap=cap_s)))
+        else:
+            verdicts.append(judge(exercise, cells, sandbox, min(limits.EXERCISE_TIMEOUT_S, left)))
+    return verdicts
+
+
+def grade_notebook(path: str | Path, assignment: str | None = None, *, sandbox: Sandbox | None = None,
+                   cap_s: float | None = None) -> list[Verdict]:
+    """Grade the notebook file at ``path``: one ``Verdict`` per exercise of its assignment, in notebook order.
+
+    The assignment comes from the file's name or folder (``01_attention_basics.ipynb``) unless given. Raises
+    ``SubmissionError`` when it cannot be told; a notebook that cannot be read fails every exercise with a
+    message saying why. The notebook is never written to.
+    """
+    path = Path(path)
+    if assignment is None:
+        (assignment,) = notebooks(path)
+    elif assignment not in ASSIGNMENTS:
+        raise SubmissionError(f"没有叫 {assignment} 的作业：课程里有 {', '.join(ASSIGNMENTS)}。")
+    try:
+        cells = read_code_cells(path)
+    except NotebookError as e:
+        cells = e
+    return grade_cells(assignment, cells, sandbox, cap_s)
+
+
+def grade_code(exercise: str, source: str, *, sandbox: Sandbox | None = None) -> Verdict:
+    """Grade one exercise (its contract name, e.g. ``"causal_mask"``) on Python ``source``: the code of a
+    notebook's cells joined together, or a module a web form received."""
+    if exercise not in EXERCISES:
+        raise KeyError(f"no exercise named {exercise!r}; the course has {', '.join(EXERCISES)}")
+    return judge(EXERCISES[exercise], [Cell("代码单元 #1", source, "你的代码")], sandbox)

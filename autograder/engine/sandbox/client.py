@@ -1,0 +1,152 @@
+"""The grader's side of the sandbox: start the fork server, send it jobs, get answers back.
+
+One fork server serves a whole grading run (``shared()``); it is started as early as possible so that its
+torch import overlaps the grader's own, restarted when it dies, and killed with the grader.
+"""
+import atexit
+import os
+import pickle
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+
+from autograder.engine import limits
+from autograder.engine.sandbox import protocol
+
+_START = "from autograder.engine.sandbox.zygote import main; main()"
+
+
+class SandboxError(Exception):
+    """The sandbox itself could not run a job: a problem of the grader or the machine, not the student."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What became of one job: ``kind`` is report, timeout, crashed, too_big or grader."""
+
+    kind: str
+    data: bytes = b""
+    detail: dict | None = None
+
+
+class Sandbox:
+    """A fork server and the pipes to it. Not thread-safe: one job at a time."""
+
+    def __init__(self):
+        self._process: subprocess.Popen | None = None
+        self._stderr = None
+        self._folder = None
+        self._hello: dict | None = None
+        self._jobs = 0
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the fork server without waiting for it (its first answer is awaited by the first job)."""
+        if self._process is not None and self._process.poll() is None:
+            return
+        self._stderr = tempfile.TemporaryFile()
+        # An empty folder to start in, so that nothing there can shadow a module; it must outlive the start.
+        self._folder = tempfile.TemporaryDirectory(prefix="attention-course-")
+        self._process = subprocess.Popen([sys.executable, "-c", _START], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self._stderr, cwd=self._folder.name,
+                                         start_new_session=True)  # a Ctrl-C in the terminal is ours alone
+        self._hello = None
+
+    def hello(self) -> dict:
+        """The fork server's greeting: which walls are up and which are missing (and why)."""
+        if self._hello is None:
+            self.start()
+            header, _ = self._read(limits.STARTUP_TIMEOUT_S, "starting")
+            if not header.get("hello"):
+                self.stop()
+                raise SandboxError(f"the sandbox could not start: {header.get('message', '')}")
+            self._hello = header
+        return self._hello
+
+    def run(self, job: dict, timeout_s: float) -> Answer:
+        """Run ``job`` (see ``harness.run``) in a fresh walled child; restart the fork server once if it died."""
+        with self._lock:
+            for attempt in (1, 2):
+                try:
+                    return self._run_once(job, timeout_s)
+                except SandboxError:
+                    self.stop()
+                    if attempt == 2:
+                        raise
+
+    def _run_once(self, job: dict, timeout_s: float) -> Answer:
+        self.hello()
+        self._jobs += 1
+        payload = pickle.dumps({**job, "timeout": timeout_s}, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            protocol.write_message(self._process.stdin.fileno(), {"job": self._jobs}, payload)
+        except OSError as e:
+            raise SandboxError(f"the sandbox stopped taking jobs ({e})") from None
+        header, data = self._read(timeout_s + 30, "running a job")
+        if header.get("job") != self._jobs:
+            raise SandboxError("the sandbox answered out of turn")
+        if header.get("last"):  # a server without fork takes one job: the next job starts a new one
+            self.stop()
+        return Answer(header["kind"], data, header)
+
+    def _read(self, timeout_s: float, doing: str) -> tuple[dict, bytes]:
+        fd = self._process.stdout.fileno()
+        ready, _, _ = select.select([fd], [], [], timeout_s)
+        if not ready:
+            self.stop()
+            raise SandboxError(f"the sandbox did not answer within {timeout_s:g} s while {doing}")
+        try:
+            return protocol.read_message(fd, max_payload=limits.OUTPUT_BYTES + (1 << 20))
+        except (EOFError, ValueError, OSError) as e:
+            raise SandboxError(f"the sandbox ended while {doing} ({e}){self._stderr_tail()}") from None
+
+    def _stderr_tail(self) -> str:
+        if self._process is not None:
+            try:
+                self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0)
+        tail = self._stderr.read().decode(errors="replace").strip()[-1500:]
+        return f":\n{tail}" if tail else ""
+
+    def stop(self) -> None:
+        """End the fork server: its input closes, so it tidies up and exits; whatever is left is killed."""
+        process, self._process, self._hello = self._process, None, None
+        if process is None:
+            return
+        for pipe in (process.stdin, process.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        try:
+            process.wait(timeout=limits.STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, AttributeError):
+            process.kill()
+        process.wait()
+        if self._folder is not None:
+            self._folder.cleanup()
+            self._folder = None
+
+
+_shared: Sandbox | None = None
+
+
+def shared() -> Sandbox:
+    """The sandbox of this grading run, started on first use and stopped at exit."""
+    global _shared
+    if _shared is None:
+        _shared = Sandbox()
+        atexit.register(_shared.stop)
+    return _shared

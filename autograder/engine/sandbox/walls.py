@@ -1,0 +1,350 @@
+"""The walls around each run of student code, and which of them this machine can put up.
+
+``Walls.probe`` runs once in the fork server and prepares what each run needs (the Landlock ruleset, the
+seccomp filter, the private temporary folder). ``enter_child`` puts every wall up in a freshly forked
+child before any student code runs. A wall the machine lacks is recorded with the reason, so the
+grader can say once, plainly, what is missing; grading still works without it.
+
+Why these walls: Landlock limits files, TCP and signals without root and survives into any child;
+namespaces let the fork server, as PID 1, kill whatever a run leaves behind (``setsid`` included) and
+take the network away; seccomp forbids new processes and memory files; rlimits cap memory, CPU time,
+file sizes and open files. Root is stripped of every capability first, since capabilities would
+otherwise carry it past several of these.
+"""
+import math
+import os
+import shutil
+import signal
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autograder.engine import limits
+
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None
+
+# What each wall keeps from student code, for the notice about missing walls.
+PURPOSE = {
+    "fork": "a fresh process behind the walls for every run（每次运行都在一个新的、设了防护的进程里）",
+    "namespaces": "PID / network / mount namespaces: kill every leftover process, no network, a size-capped private /tmp"
+                  "（命名空间：结束时清掉所有残留进程、断网、有大小上限的私有 /tmp）",
+    "landlock": "Landlock file rules: read only what Python and torch need, write only the private folder"
+                "（文件规则：只读 Python 和 torch 需要的文件，只写私有临时文件夹）",
+    "landlock-network": "Landlock TCP rules: no TCP connections（网络规则：不能建立 TCP 连接）",
+    "landlock-scope": "Landlock scopes: no signals or abstract sockets outside the sandbox（不能向沙箱外的进程发信号）",
+    "seccomp": "seccomp: no new processes, no memfd files outside the memory cap（不能创建进程，不能用 memfd 绕过内存上限）",
+    "rlimits": "resource limits: memory, CPU time, file size, open files（资源上限：内存、CPU 时间、文件大小、打开文件数）",
+}
+_ENV_DISABLE = "ATTENTION_COURSE_SANDBOX_OFF"  # comma-separated walls to leave down: for tests of the fallbacks
+
+
+class GraderProblem(Exception):
+    """The grader, not the student, cannot run the code: the message says what to fix on the machine."""
+
+
+def _disabled() -> set[str]:
+    return {name.strip() for name in os.environ.get(_ENV_DISABLE, "").split(",") if name.strip()}
+
+
+def _vm_size() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _grading_packages() -> list[Path]:
+    """Where the packages holding references and checks live (the course repository, or site-packages)."""
+    import importlib.util
+
+    found = []
+    for name in ("autograder", "solutions"):
+        spec = importlib.util.find_spec(name)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            found.append(Path(location).resolve())
+    return found
+
+
+@dataclass
+class Walls:
+    """The walls this machine offers; ``missing`` maps each absent wall to why it is absent."""
+
+    up: list[str] = field(default_factory=list)
+    missing: dict[str, str] = field(default_factory=dict)
+    in_namespaces: bool = False
+    workdir: str = ""
+    _ruleset: object = None
+    _filter: object = None
+
+    def note(self, name: str, ok: bool, why: str = "") -> bool:
+        (self.up.append(name) if ok else self.missing.__setitem__(name, why))
+        return ok
+
+    # --- in the fork server -------------------------------------------------------------------------------
+
+    def can_fork(self) -> bool:
+        """Whether runs can be forked; without fork (Windows) every wall is missing and each job runs in a
+        fresh process of its own."""
+        off = "fork" in _disabled()
+        if hasattr(os, "fork") and not off:
+            return self.note("fork", True)
+        for name in PURPOSE:
+            self.note(name, False, f"turned off by {_ENV_DISABLE}" if off else "this platform has no fork()")
+        return False
+
+    def enter_namespaces(self) -> bool:
+        """Unshare the namespaces for the next child (the fork server proper); False where refused."""
+        if not sys.platform.startswith("linux"):
+            return self.note("namespaces", False, "not Linux")
+        if "namespaces" in _disabled():
+            return self.note("namespaces", False, f"turned off by {_ENV_DISABLE}")
+        from autograder.engine.sandbox import namespaces
+
+        try:
+            namespaces.unshare()
+        except OSError as e:
+            return self.note("namespaces", False, f"the kernel refused them ({e})")
+        self.in_namespaces = True
+        return True
+
+    def prepare(self) -> None:
+        """In the fork server proper: the private folder, the Landlock ruleset and the seccomp filter.
+
+        What runs need to read is found, and every wall's code imported, before the private ``/tmp`` is
+        mounted: a course or a Python living under ``/tmp`` would be hidden by it, so then ``/tmp`` stays
+        visible (read-only, by Landlock) and the private folder is a tmpfs of its own inside it.
+        """
+        linux = sys.platform.startswith("linux")
+        paths = readable_paths() if linux else []
+        if linux:
+            from autograder.engine.sandbox import landlock  # noqa: F401 - imported before any mount can hide it
+        self._prepare_seccomp()
+        tmp = Path("/tmp").resolve()
+        self._prepare_workdir(mask_tmp=not any(_inside(Path(path).resolve(), tmp) for path, _ in paths))
+        self._prepare_landlock(paths)
+        self.note("rlimits", resource is not None, "no setrlimit on this platform")
+
+    def _prepare_workdir(self, mask_tmp: bool) -> None:
+        if self.in_namespaces:
+            from autograder.engine.sandbox import namespaces
+
+            try:
+                os.chdir("/")
+                self.workdir = namespaces.private_mounts(limits.TMP_BYTES, limits.TMP_FILES, mask_tmp)
+                self.note("namespaces", True)
+                return
+            except OSError as e:
+                self.in_namespaces = os.getpid() == 1  # still PID 1, so still able to clean up processes
+                self.note("namespaces", False, f"no private /tmp ({e})")
+        self.workdir = tempfile.mkdtemp(prefix="attention-course-sandbox-")
+
+    def _prepare_landlock(self, paths: list[tuple[str, str]]) -> None:
+        if not sys.platform.startswith("linux"):
+            self.note("landlock", False, "not Linux")
+            return
+        from autograder.engine.sandbox import landlock
+
+        abi = 0 if "landlock" in _disabled() else landlock.abi_version()
+        if not self.note("landlock", abi >= 1, f"turned off by {_ENV_DISABLE}" if "landlock" in _disabled()
+                         else "this kernel has no Landlock (Linux 5.13 or newer, with Landlock enabled)"):
+            return
+        self.note("landlock-network", abi >= 4, f"Landlock ABI {abi} < 4 (Linux 6.7)")
+        self.note("landlock-scope", abi >= 6, f"Landlock ABI {abi} < 6 (Linux 6.12)")
+        ruleset = landlock.Ruleset(abi)
+        for path, rights in paths:
+            ruleset.allow(path, landlock.READ_DIR if rights == "list" else landlock.READ)
+        for device in ("/dev/null", "/dev/zero", "/dev/urandom"):
+            if os.path.exists(device):
+                ruleset.allow(device, landlock.READ_FILE | landlock.WRITE_FILE)
+        ruleset.allow(self.workdir, ruleset.fs)
+        self._ruleset = ruleset
+
+    def _prepare_seccomp(self) -> None:
+        if "seccomp" in _disabled():
+            self.note("seccomp", False, f"turned off by {_ENV_DISABLE}")
+            return
+        try:
+            from autograder.engine.sandbox import syscall_filter
+
+            self._filter = syscall_filter.build()
+            self.note("seccomp", True)
+        except (ImportError, OSError, RuntimeError, AttributeError) as e:
+            self.note("seccomp", False, f"libseccomp is not available ({type(e).__name__}: {e})")
+
+    def close(self) -> None:
+        """Remove the private folder when it was made inside the host's ``/tmp`` (a tmpfs over ``/tmp`` itself
+        vanishes with the namespace)."""
+        if not self.workdir or self.workdir == "/tmp":
+            return
+        if self.in_namespaces:
+            from autograder.engine.sandbox import namespaces
+
+            try:
+                namespaces.unmount(self.workdir)
+            except OSError:
+                return
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def clean_up_after_run(self, child: int) -> None:
+        """Kill every process the run left behind, reap them all, and empty the private folder."""
+        if self.in_namespaces:
+            try:
+                os.kill(-1, signal.SIGKILL)  # as PID 1: every other process in this namespace
+            except ProcessLookupError:
+                pass
+            while True:
+                try:
+                    os.waitpid(-1, 0)
+                except ChildProcessError:
+                    break
+        else:
+            try:
+                os.killpg(child, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                os.waitpid(child, 0)
+            except ChildProcessError:
+                pass
+        empty(self.workdir)
+
+    # --- in the child, before any student code ---------------------------------------------------------
+
+    def enter_child(self, result_fd: int, timeout_s: float) -> None:
+        """Put every wall up in this freshly forked child; raises GraderProblem when one cannot go up."""
+        keep = {result_fd} | ({self._ruleset.fd} if self._ruleset else set())
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        _close_all_except(keep | {0, 1, 2})
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.setsid()  # out of the grader's session: a Ctrl-C in the terminal is the grader's to handle
+        os.chdir(self.workdir)
+        os.environ.update(HOME=self.workdir, TMPDIR=self.workdir, MPLCONFIGDIR=self.workdir)
+        tempfile.tempdir = self.workdir
+        sys.dont_write_bytecode = True
+        if "rlimits" in self.up:
+            _limit_resources(timeout_s)
+        if sys.platform.startswith("linux"):
+            from autograder.engine.sandbox import privileges
+
+            privileges.drop_capabilities()
+            privileges.forbid_new_privileges()
+        if self._ruleset:
+            self._ruleset.enforce()
+        if self._filter:
+            self._filter.load()
+
+
+
+def describe_missing(missing: dict[str, str]) -> list[str]:
+    """One line per missing wall: what it would keep from student code, and why it is not up."""
+    return [f"{PURPOSE.get(name, name)} — {why}" for name, why in missing.items()]
+
+
+def _close_all_except(keep: set[int]) -> None:
+    fds = sorted(keep)
+    start = 0
+    for fd in fds + [limits.MAX_FD]:
+        if fd > start:
+            os.closerange(start, fd)
+        start = fd + 1
+
+
+def _limit_resources(timeout_s: float) -> None:
+    now = _vm_size()
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    memory = now + limits.EXTRA_MEMORY_BYTES
+    if hard != resource.RLIM_INFINITY and hard < memory:
+        if hard < now + limits.MIN_EXTRA_MEMORY_BYTES:
+            raise GraderProblem(
+                f"this machine limits a process's address space to {hard / 2**30:.1f} GiB (RLIMIT_AS, e.g. "
+                f"`ulimit -v`); the grader needs {(now + limits.MIN_EXTRA_MEMORY_BYTES) / 2**30:.1f} GiB to run "
+                "student code next to torch. Raise the limit (`ulimit -v unlimited`) and grade again.")
+        memory = hard
+    cpu = math.ceil(timeout_s) + 1
+    for which, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, cpu),
+                         (resource.RLIMIT_FSIZE, limits.FILE_BYTES), (resource.RLIMIT_NOFILE, limits.OPEN_FILES),
+                         (resource.RLIMIT_CORE, 0)):
+        _, hard = resource.getrlimit(which)
+        value = min(value, hard) if hard != resource.RLIM_INFINITY else value
+        resource.setrlimit(which, (value, value + (1 if which == resource.RLIMIT_CPU and value == cpu else 0)))
+    if os.geteuid() != 0 and hasattr(resource, "RLIMIT_NPROC"):  # root is exempt from it; seccomp covers root
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.PROCESSES, limits.PROCESSES))
+
+
+def empty(folder: str) -> None:
+    """Remove everything inside ``folder`` (never following links out of it)."""
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, onerror=_make_removable)
+            else:
+                os.unlink(entry.path)
+
+
+def _make_removable(function, path, _):
+    """A folder the student made unreadable: open it up to its owner, then retry once."""
+    parent = os.path.dirname(path)
+    for folder in (parent, path):
+        try:
+            os.chmod(folder, 0o700, follow_symlinks=False)
+        except (OSError, NotImplementedError):
+            pass
+    if function in (os.rmdir, os.unlink, os.remove):
+        function(path)
+    elif os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def readable_paths() -> list[tuple[str, str]]:
+    """What a run may read, as (path, "read") for whole trees and (path, "list") for folders whose
+    entries are granted one by one: Python's library folders, without the grading packages; the
+    ``course`` package; the converted SmolLM2 weights, when they are there; the system's shared
+    libraries. Nothing granted is, or holds, the course repository or a grading package."""
+    import course
+    from course import smollm2
+
+    grading = _grading_packages()
+    checkout = grading[0].parent if grading and (grading[0].parent / "pyproject.toml").is_file() else None
+    inside_checkout_ok = [Path(p).resolve() for p in (sys.prefix, *course.__path__)]
+
+    def allowed(path: Path) -> bool:
+        if checkout and _inside(checkout, path):  # the checkout itself, or a folder above it
+            return False
+        if any(_inside(path, package) for package in grading):
+            return False
+        return not checkout or not _inside(path, checkout) or any(_inside(path, ok) for ok in inside_checkout_ok)
+
+    found: dict[str, str] = {}
+    folders = {Path(p).resolve() for p in sys.path if p and os.path.isdir(p)}
+    folders |= {Path(p).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")
+                if (p := sysconfig.get_paths().get(key)) and os.path.isdir(p)}
+    for folder in sorted(f for f in folders if allowed(f)):
+        found[str(folder)] = "list"
+        for entry in folder.iterdir():
+            target = entry.resolve()
+            if allowed(target) and not any(_inside(package, target) for package in grading):
+                found[str(entry)] = "read"
+    for location in course.__path__:
+        found[str(Path(location).resolve())] = "read"
+    # The real model of assignment 07 (`course-weights smollm2`): weights, not answers, read where they are.
+    weights = smollm2.model_folder().resolve()
+    if weights.is_dir() and allowed(weights):
+        found[str(weights)] = "read"
+    # Shared libraries, and what CPU feature detection (torch's cpuinfo) reads.
+    for system in ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache", "/proc/cpuinfo",
+                   "/sys/devices/system/cpu"):
+        if os.path.exists(system) and allowed(Path(system).resolve()):
+            found[system] = "read"
+    return sorted(found.items())

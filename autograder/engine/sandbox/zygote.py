@@ -1,0 +1,204 @@
+"""The fork server: a process that has imported torch and the harness, and nothing that knows an answer.
+
+The grader starts it once (``python -c``, from an empty folder) and sends it jobs over its stdin. For
+each job it forks a child, which puts up the walls (``walls.py``), runs the student's code through the
+harness and writes its report to a pipe. The fork server relays the report (at most
+``limits.OUTPUT_BYTES``) or says what went wrong, then kills whatever the run left behind.
+
+Where namespaces are available the fork server runs as PID 1 of its own PID namespace: the process
+the grader started only waits for it, and both die with the grader.
+
+Messages on stdout (see ``protocol.py``): ``{"hello": ..., "up": [...], "missing": {...}}`` once, then one
+answer per job: ``{"kind": "report"}`` with the child's bytes, or ``{"kind": "timeout" | "crashed" |
+"too_big" | "grader", ...}``.
+"""
+import os
+import pickle
+import select
+import signal
+import sys
+import time
+
+from autograder.engine import limits
+from autograder.engine.sandbox import protocol
+from autograder.engine.sandbox.walls import GraderProblem, Walls
+
+_READY = b"W"  # written by the child once its walls are up: anything that fails before it is the grader's
+_SETUP_FAILED = b"S"
+
+
+def _child(walls: Walls, harness, job: dict, write_fd: int) -> None:
+    try:
+        walls.enter_child(write_fd, job["timeout"])
+    except BaseException as e:  # noqa: BLE001 - any failure here is the grader's, reported as such
+        os.write(write_fd, _SETUP_FAILED + f"{type(e).__name__}: {e}".encode()[:4000])
+        return
+    os.write(write_fd, _READY)
+    harness.block_grading_imports()
+    try:
+        data = harness.serialise(harness.run(job))
+    except BaseException as e:  # noqa: BLE001 - the harness itself failed on this student's code
+        data = harness.serialise(harness.failure(e))
+    view = memoryview(len(data).to_bytes(8, "big") + data)  # sized: the report is whole without waiting for EOF
+    while view:
+        view = view[os.write(write_fd, view):]
+
+
+def _collect(read_fd: int, timeout_s: float) -> tuple[bytes, str | None]:
+    """What the child writes: the marker, then its sized report (complete without waiting for every holder
+    of the pipe to close it), or less if it stops before; the second value names why reading stopped early."""
+    data, deadline = bytearray(), time.monotonic() + timeout_s
+    while not _complete(data):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return bytes(data), "timeout"
+        ready, _, _ = select.select([read_fd], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(read_fd, 1 << 20)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > limits.OUTPUT_BYTES + 9:
+            return b"", "too_big"
+    return bytes(data), None
+
+
+def _complete(data: bytes) -> bool:
+    """Whether ``data`` holds the marker and a whole sized report."""
+    return len(data) >= 9 and len(data) >= 9 + int.from_bytes(data[1:9], "big")
+
+
+def _status(status: int) -> dict:
+    if os.WIFSIGNALED(status):
+        return {"signal": signal.Signals(os.WTERMSIG(status)).name}
+    return {"exit": os.WEXITSTATUS(status)}
+
+
+def _wait_briefly(pid: int, seconds: float) -> tuple[int, int]:
+    """``waitpid`` that gives a process which closed its output a moment to finish exiting."""
+    deadline = time.monotonic() + seconds
+    while True:
+        finished, status = os.waitpid(pid, os.WNOHANG)
+        if finished or time.monotonic() >= deadline:
+            return finished, status
+        time.sleep(0.002)
+
+
+def run_job(walls: Walls, harness, job: dict) -> tuple[dict, bytes]:
+    """Fork a walled child for ``job`` and return the answer for the grader."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        try:
+            _child(walls, harness, job, write_fd)
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    try:
+        data, stopped = _collect(read_fd, job["timeout"])
+    finally:
+        os.close(read_fd)
+    finished, status = _wait_briefly(pid, 0.0 if stopped else 0.5)
+    if not finished:  # out of time, or still running after closing its output
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+    walls.clean_up_after_run(pid)
+    if data[:1] == _SETUP_FAILED:
+        return {"kind": "grader", "message": data[1:].decode(errors="replace")}, b""
+    if stopped == "too_big":
+        return {"kind": "too_big"}, b""
+    if data[:1] != _READY:
+        return {"kind": "grader", "message": f"the sandbox ended before its walls were up ({_status(status)})"}, b""
+    if stopped == "timeout":
+        return {"kind": "timeout"}, b""
+    if not _complete(data):
+        return {"kind": "crashed", "left_running": not finished, **_status(status)}, b""
+    return {"kind": "report"}, data[9:9 + int.from_bytes(data[1:9], "big")]
+
+
+def _serve(walls: Walls, harness, requests: int, answers: int) -> None:
+    while True:
+        try:
+            header, payload = protocol.read_message(requests, max_payload=1 << 34)
+        except EOFError:
+            return
+        job = pickle.loads(payload)  # from the grader, which started this process
+        answer, data = run_job(walls, harness, job)
+        protocol.write_message(answers, {**answer, "job": header.get("job")}, data)
+
+
+def _serve_one_inline(harness, requests: int, answers: int) -> None:
+    """Without fork, one job runs in this very process, which then exits: the grader starts a fresh one."""
+    try:
+        header, payload = protocol.read_message(requests, max_payload=1 << 34)
+    except EOFError:
+        return
+    job = pickle.loads(payload)
+    try:
+        data = harness.serialise(harness.run(job))
+    except BaseException as e:  # noqa: BLE001
+        data = harness.serialise(harness.failure(e))
+    protocol.write_message(answers, {"kind": "report", "job": header.get("job"), "last": True}, data)
+
+
+def _warm_up(torch) -> None:
+    """Run the kinds of kernels student code uses once, in every dtype, so that torch's lazy set-up (CPU
+    feature detection reads /proc and /sys) happens here, before the walls, rather than in each child."""
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        a = torch.randn(4, 8).to(dtype)
+        layer = torch.nn.Linear(8, 8, bias=False).to(dtype)
+        (torch.softmax(a @ a.T / 2, dim=-1) @ layer(a)).float().sum().item()
+        torch.rsqrt(a.float().pow(2).mean(-1)).to(dtype).sigmoid()
+
+
+def _start_harness():
+    """Import torch and the harness (never before the namespaces: a user namespace needs a single thread)."""
+    import torch
+
+    from autograder.engine.sandbox import harness
+
+    torch.set_num_threads(1)
+    _warm_up(torch)
+    return harness
+
+
+def main() -> None:
+    if "" in sys.path:
+        sys.path.remove("")  # started from an empty folder; never let a later import look there
+    requests, answers = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints must not corrupt the answers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the grader's to handle
+    walls = Walls()
+    if not walls.can_fork():
+        harness = _start_harness()
+        protocol.write_message(answers, {"hello": True, "up": walls.up, "missing": walls.missing})
+        _serve_one_inline(harness, requests, answers)
+        return
+    if sys.platform.startswith("linux"):
+        from autograder.engine.sandbox import privileges
+
+        privileges.set_parent_death_signal(signal.SIGKILL)
+        if walls.enter_namespaces():
+            server = os.fork()  # PID 1 of the new namespaces
+            if server:
+                _, status = os.waitpid(server, 0)
+                os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+            privileges.set_parent_death_signal(signal.SIGKILL)
+    harness = _start_harness()
+    try:
+        walls.prepare()
+    except (OSError, GraderProblem) as e:
+        protocol.write_message(answers, {"hello": False, "message": f"{type(e).__name__}: {e}"})
+        return
+    protocol.write_message(answers, {"hello": True, "up": walls.up, "missing": walls.missing})
+    try:
+        _serve(walls, harness, requests, answers)
+    finally:
+        walls.close()
+    os._exit(0)  # all is tidied up: skip the interpreter's teardown of torch, which the grader would wait for
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""``grades.csv`` and ``mistakes.csv``: the class's points and its named mistakes, as plain CSV files a
+spreadsheet or an LMS imports.
+
+grades.csv has one row per student: a column per exercise (``<assignment>/<exercise>``), one per
+assignment (its total), then ``total`` and ``percent``. An assignment the student did not hand in is left
+empty, not 0, so an LMS can tell "missing" from "scored nothing"; ``total`` counts it as 0. Points are the
+engine's, the same as ``pytest autograder/`` and ``nbgrader autograde`` give. The files are UTF-8 with a
+byte-order mark, which is what Excel needs to show Chinese names; other programs ignore it.
+"""
+import csv
+import io
+
+from autograder.engine.assignments import ASSIGNMENTS
+from autograder.instructor.classroom.results_store import NotebookResult
+
+_BOM = "\ufeff"
+
+
+def _csv(rows: list[list]) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer).writerows(rows)
+    return _BOM + buffer.getvalue()
+
+
+class Gradebook:
+    """Rows of grades.csv and the mistakes' tally, filled one student at a time."""
+
+    def __init__(self, assignments: list[str]):
+        self.assignments = assignments
+        self.max_total = sum(e.points for a in assignments for e in ASSIGNMENTS[a])
+        self.rows: list[list] = []
+        # (assignment, exercise, mistake) -> the students whose verdict named it
+        self.mistakes: dict[tuple[str, str, str], list[str]] = {}
+
+    def header(self) -> list[str]:
+        columns = ["student"]
+        for assignment in self.assignments:
+            columns += [f"{assignment}/{e.name}" for e in ASSIGNMENTS[assignment]] + [assignment]
+        return columns + ["total", "percent"]
+
+    def add(self, student: str, results: dict[str, NotebookResult]) -> None:
+        row, total = [student], 0
+        for assignment in self.assignments:
+            result = results.get(assignment)
+            if result is None:
+                row += [""] * (len(ASSIGNMENTS[assignment]) + 1)
+                continue
+            row += [v.points for v in result.verdicts] + [result.points]
+            total += result.points
+            for verdict in result.verdicts:
+                if verdict.mistake:
+                    self.mistakes.setdefault((assignment, verdict.exercise, verdict.mistake), []).append(student)
+        self.rows.append(row + [total, f"{100 * total / self.max_total:.1f}" if self.max_total else ""])
+
+    def grades_csv(self) -> str:
+        return _csv([self.header(), *self.rows])
+
+    def mistake_rows(self) -> list[tuple[str, str, str, list[str]]]:
+        """(assignment, exercise, mistake, students): by assignment and exercise, the most common first."""
+        order = {(a, e.name): (i, j) for i, a in enumerate(ASSIGNMENTS) for j, e in enumerate(ASSIGNMENTS[a])}
+        return sorted(((a, e, m, sorted(s)) for (a, e, m), s in self.mistakes.items()),
+                      key=lambda row: (order[row[0], row[1]], -len(row[3]), row[2]))
+
+    def mistakes_csv(self) -> str:
+        rows = [[a, e, m, len(s), "; ".join(s)] for a, e, m, s in self.mistake_rows()]
+        return _csv([["assignment", "exercise", "mistake", "count", "students"], *rows])

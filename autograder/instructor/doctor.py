@@ -1,0 +1,132 @@
+"""``course-doctor``: check this machine for the course and say what to fix.
+
+Each check prints one line — ✓ fine, ! works but could be better, ✗ needs fixing — and, when something is
+off, the command that fixes it. The exit code is 1 only when grading cannot work at all.
+"""
+import importlib.util
+import platform
+import shutil
+import subprocess
+import sys
+
+OK, WARN, BAD = "✓", "!", "✗"
+_CPU_TORCH = 'python -m pip install "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu'
+
+
+def _line(mark: str, what: str, fix: str = "") -> tuple[str, str]:
+    return mark, f"{mark} {what}" + (f"\n    → {fix}" if fix else "")
+
+
+def check_torch():
+    if importlib.util.find_spec("torch") is None:
+        return _line(BAD, "torch 没有安装", f"在没有 GPU 的机器上：{_CPU_TORCH}")
+    import torch
+
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU"
+    if torch.version.cuda and not torch.cuda.is_available():
+        return _line(WARN, f"torch {torch.__version__}（{build} 版）装在了没有可用 GPU 的机器上：能用，但多占了几个 GB",
+                     f"换成 CPU 版：{_CPU_TORCH}")
+    return _line(OK, f"torch {torch.__version__}（{build} 版）")
+
+
+def check_sandbox():
+    """The grading sandbox's walls, as its fork server finds them on this machine."""
+    from autograder.engine.sandbox.client import Sandbox, SandboxError
+    from autograder.engine.sandbox.walls import describe_missing
+
+    sandbox = Sandbox()
+    try:
+        hello = sandbox.hello()
+    except SandboxError as e:
+        return _line(BAD, f"评分沙箱启动不了：{e}", "把这行信息告诉老师或助教")
+    finally:
+        sandbox.stop()
+    kernel = f"{platform.system()} {platform.release()}"
+    missing = describe_missing(hello["missing"])
+    if missing:
+        return _line(WARN, f"评分沙箱（{kernel}）缺少 {len(missing)} 道防护，评分照常：\n      " + "\n      ".join(missing),
+                     "在 Linux 6.12 或更新的内核上，评分的隔离最完整")
+    return _line(OK, f"评分沙箱：{kernel}，所有防护都在（{', '.join(hello['up'])}）")
+
+
+def check_plot_font():
+    from course.tools import plotting
+
+    family = plotting._find_cjk_family()
+    if family is None:
+        return _line(BAD, "matplotlib 找不到中文字体：图里的中文会是方框", "python -m pip install mplfonts")
+    return _line(OK, f"matplotlib 的中文字体：{family}")
+
+
+def check_browser_font():
+    """JupyterLab's Markdown and code are drawn by the browser with the system's fonts."""
+    if sys.platform in ("darwin", "win32"):
+        return _line(OK, "浏览器的中文字体：macOS 和 Windows 自带")
+    if shutil.which("fc-list") is None:
+        return _line(WARN, "查不到系统字体（没有 fc-list）", "Debian/Ubuntu：sudo apt-get install fontconfig fonts-noto-cjk")
+    families = subprocess.run(["fc-list", ":lang=zh", "family"], capture_output=True, text=True).stdout.split("\n")
+    families = sorted({f.split(",")[0].strip() for f in families if f.strip()})
+    if not families:
+        return _line(BAD, "系统里没有中文字体：JupyterLab 里的中文说明和报错会显示成方框",
+                     "Debian/Ubuntu：sudo apt-get install fonts-noto-cjk；Fedora：sudo dnf install google-noto-sans-cjk-fonts；"
+                     "装好后刷新浏览器")
+    return _line(OK, f"浏览器的中文字体：{families[0]}" + (f" 等 {len(families)} 种" if len(families) > 1 else ""))
+
+
+def check_nbgrader():
+    """Students do not need nbgrader; with it installed, JupyterLab shows instructor menus."""
+    if importlib.util.find_spec("nbgrader") is None:
+        return _line(OK, "没有装 nbgrader：JupyterLab 里不会出现老师用的菜单（学生不需要它）")
+    jupyter = shutil.which("jupyter")
+    listing = subprocess.run([jupyter, "labextension", "list"], capture_output=True, text=True) if jupyter else None
+    text = (listing.stdout + listing.stderr) if listing else ""
+    enabled = any("nbgrader" in line and "enabled" in line for line in text.splitlines())
+    if enabled:
+        return _line(WARN, "nbgrader 的 JupyterLab 扩展开着：会出现 Formgrader、Create Assignment 这些老师用的菜单",
+                     "学生不需要它：python -m pip uninstall nbgrader，或 jupyter labextension disable @jupyter/nbgrader")
+    return _line(OK, "nbgrader 装了，但它的 JupyterLab 扩展是关着的")
+
+
+def check_weights():
+    from course import qwen35_weights
+
+    try:
+        found = qwen35_weights.find_checkpoint()
+    except qwen35_weights.CheckpointError as e:
+        return _line(BAD, f"找不到 Qwen3.5 的权重：{e}")
+    mark = WARN if found.synthetic else OK
+    fix = (f"要用真模型：course-weights qwen35 --layers 3（只取课程读的约 14 MB），或设 {qwen35_weights.ENV_VAR} 指向它的文件夹，"
+           f"或 huggingface-cli download {qwen35_weights.REPO_ID}" if found.synthetic else "")
+    return _line(mark, f"Qwen3.5 第 3 层的权重（{found.origin}）：{found.describe()}", fix)
+
+
+def check_real_model():
+    """Assignment 07 runs the student's attention inside SmolLM2-135M-Instruct, fetched once."""
+    from course import smollm2
+
+    if smollm2.is_ready():
+        return _line(OK, f"作业 07 的真实模型 {smollm2.MODEL_NAME}：{smollm2.model_folder()}")
+    return _line(WARN, f"作业 07 的真实模型 {smollm2.MODEL_NAME} 还不在 {smollm2.model_folder()}",
+                 "course-weights smollm2（下载约 93 MB，只需一次；07 的 notebook 第一次运行时也会自己下载）")
+
+
+CHECKS = (check_torch, check_sandbox, check_plot_font, check_browser_font, check_nbgrader, check_weights,
+          check_real_model)
+GRADING = (check_torch, check_sandbox)  # without these, nothing can be graded
+
+
+def main(argv=None) -> int:
+    print(f"Python {sys.version.split()[0]}（{sys.executable}）")
+    broken = False
+    for check in CHECKS:
+        try:
+            mark, text = check()
+        except Exception as e:  # noqa: BLE001 - a broken check is reported, and the others still run
+            mark, text = _line(BAD, f"{check.__name__}：检查时出错 {type(e).__name__}: {e}")
+        print(text)
+        broken = broken or (mark == BAD and check in GRADING)
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

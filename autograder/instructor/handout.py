@@ -1,0 +1,163 @@
+"""``course-handout OUT``: what a class hands out — the released notebooks, the ``course`` helpers and
+``data/`` — with a ``pyproject.toml`` that installs ``course`` alone and what students need to run the
+notebooks, and a README for students. Nothing of ``solutions/``, ``autograder/`` (the graders and their
+hidden checks) or ``source/`` goes in.
+
+A later notebook builds on the answers of earlier assignments (its read-only "provided" cells, see
+``autograder/instructor/release.py``). Handing out several assignments at once hands out those answers too, so the
+command says which included notebook carries which included assignment's answers; ``--assignment`` picks
+the assignments released so far.
+"""
+import argparse
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from autograder.engine.assignments import ASSIGNMENTS
+from course import layout
+from course.layout import ROOT as REPO
+
+# Project dependencies that only grading needs: a handout has no grader.
+GRADER_ONLY = ("pytest", "pyseccomp")
+
+README = """# 注意力，亲手算（Attention, by hand）— 学生版
+
+这是课程发给你的材料：
+
+- `release/`：作业 notebook，每个作业一个文件夹；
+- `course/`：notebook 用到的辅助代码（玩具数据、画图、Qwen3.5 权重和分词器的加载）；
+- `data/`：课程数据，包括 Qwen3.5 第 3 层的**合成替身**权重（随机数，格式和真实模型一样）。
+
+## 安装
+
+需要 Python 3.10 或更新的版本。在这个文件夹里：
+
+```bash
+python -m venv .venv
+source .venv/bin/activate                 # Windows：.venv\\Scripts\\activate
+# 没有 NVIDIA GPU 的话，先装 CPU 版的 torch（约 200 MB，而不是好几 GB）：
+python -m pip install "torch=={torch}" --extra-index-url https://download.pytorch.org/whl/cpu
+python -m pip install .
+```
+
+## 做作业
+
+```bash
+jupyter lab release/01_attention_basics/01_attention_basics.ipynb
+```
+
+把每个练习里的 `raise NotImplementedError()` 换成你的代码。每个练习后面有一个小检查，运行它看看结果对不对。
+第一次打开时，「Run All」会停在第一个还没实现的练习的检查上：这是正常的，从上往下一个一个做。
+
+本次包含的作业：{assignments}。
+
+## 提交
+
+按老师的要求提交 notebook 文件本身（例如 `01_attention_basics.ipynb`），不要改文件名。
+评分时只读取 notebook 里的 import、函数和类的定义以及全大写常量，在隔离的环境里运行并和参考实现比较；
+每个练习要么全部得分，要么不得分，反馈会说明哪里不对。
+"""
+
+
+def _config(repo: Path) -> dict:
+    """The course's pyproject.toml, parsed."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        raise SystemExit("course-handout reads pyproject.toml with tomllib: run it with Python 3.11 or newer") from None
+    return tomllib.loads((repo / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def student_dependencies(repo: Path = REPO) -> list[str]:
+    """The course's dependencies (pyproject.toml) without those only grading needs."""
+    name = re.compile(r"^\s*([A-Za-z0-9._-]+)")
+    return [d for d in _config(repo)["project"]["dependencies"] if name.match(d)[1].lower() not in GRADER_ONLY]
+
+
+def _pyproject(repo: Path) -> str:
+    """The handout's pyproject.toml: ``course`` (with the layer-3 stand-in, as in the course's own) and the
+    students' dependencies; the console scripts that live in ``course``."""
+    config = _config(repo)
+    project = config["project"]
+    scripts = {k: v for k, v in project.get("scripts", {}).items() if v.startswith("course.")}
+    setuptools = config["tool"]["setuptools"]
+
+    def toml(value) -> str:  # JSON strings and lists of strings are valid TOML
+        return json.dumps(value, ensure_ascii=False)
+
+    lines = ['[build-system]', 'requires = ["setuptools>=68"]', 'build-backend = "setuptools.build_meta"', '',
+             '[project]', f'name = {toml(project["name"] + "-student")}', f'version = {toml(project["version"])}',
+             f'description = {toml("Student handout: " + project["description"])}',
+             'readme = "README.md"', f'requires-python = {toml(project["requires-python"])}',
+             f'dependencies = {toml(student_dependencies(repo))}', '']
+    if scripts:
+        lines += ['[project.scripts]', *(f'{toml(k)} = {toml(v)}' for k, v in scripts.items()), '']
+    lines += ['[tool.setuptools.packages.find]', 'include = ["course*"]', '',
+              '[tool.setuptools.package-dir]', *(f'{toml(k)} = {toml(v)}' for k, v in setuptools["package-dir"].items()
+                                                 if k.startswith("course")), '',
+              '[tool.setuptools.package-data]', *(f'{toml(k)} = {toml(v)}' for k, v in
+                                                  setuptools["package-data"].items() if k.startswith("course"))]
+    return "\n".join(lines) + "\n"
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints"))
+
+
+def provided_answers(out: Path, assignments: list[str]) -> dict[str, list[str]]:
+    """Included notebook -> the included assignments whose exercises its provided cells answer."""
+    carried = {}
+    for later in assignments:
+        sources = []
+        for notebook in (out / layout.RELEASE / later).glob("*.ipynb"):
+            cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+            sources += ["".join(c["source"]) for c in cells
+                        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "").startswith("provided_")]
+        answered = [a for a in assignments if a != later and any(
+            re.search(rf"^(def|class) {e.name}\b", text, re.MULTILINE) for e in ASSIGNMENTS[a] for text in sources)]
+        if answered:
+            carried[later] = answered
+    return carried
+
+
+def build(out: Path, assignments: list[str], repo: Path = REPO) -> dict[str, list[str]]:
+    """Write the handout into the new folder ``out``; return what ``provided_answers`` finds."""
+    import torch
+
+    _copy_tree(repo / "course", out / "course")
+    _copy_tree(repo / "data", out / "data")
+    for assignment in assignments:
+        _copy_tree(repo / layout.RELEASE / assignment, out / layout.RELEASE / assignment)
+    (out / "pyproject.toml").write_text(_pyproject(repo), encoding="utf-8")
+    (out / "README.md").write_text(README.format(torch=torch.__version__.split("+")[0],
+                                                 assignments="、".join(assignments)), encoding="utf-8")
+    return provided_answers(out, assignments)
+
+
+def main(argv=None) -> int:
+    released = [a for a in ASSIGNMENTS if (REPO / layout.RELEASE / a).is_dir()]
+    parser = argparse.ArgumentParser(prog="course-handout", description="Write what a class hands out: release/, "
+                                     "course/, data/, a pyproject.toml that installs course, and a README.",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[5:]).replace("``", ""))
+    parser.add_argument("out", type=Path, help="a new folder to write the handout into")
+    parser.add_argument("--assignment", nargs="+", choices=released, default=released, metavar="A",
+                        help=f"the assignments to hand out (default: all released: {', '.join(released)})")
+    args = parser.parse_args(argv)
+    if args.out.exists() and any(args.out.iterdir()):
+        print(f"course-handout: {args.out} is not empty; give a new folder", file=sys.stderr)
+        return 1
+    order = list(ASSIGNMENTS)
+    carried = build(args.out, sorted(set(args.assignment), key=order.index))
+    print(f"Wrote the handout to {args.out}: release/ ({', '.join(args.assignment)}), course/, data/, "
+          "pyproject.toml, README.md. Students install it with `pip install .`.")
+    for later, earlier in carried.items():
+        print(f"Note: {later}'s notebook gives the answers of {', '.join(earlier)} (its provided cells); hand it "
+              "out once those are due.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""``course-release``: build the source notebooks from their jupytext twins and let nbgrader generate
+``release/`` from them; ``course-release --check`` says whether the committed ``release/`` is current.
+
+In ``source/<assignment>/`` the ``.py`` file (jupytext percent format) is what instructors edit. Four tags
+mark the special cells; points come from the grader registry so they are written in one place:
+
+- ``solution:<exercise>``: the student's cell; ``### BEGIN SOLUTION`` … ``### END SOLUTION`` is removed.
+- ``tests:<exercise>``: the grade cell; ``### BEGIN HIDDEN TESTS`` … ``### END HIDDEN TESTS`` is removed.
+- ``provided:<exercise>`` (one tag per exercise): a read-only cell that the build fills with the
+  solutions of exercises of earlier assignments, so a later notebook builds on them without shipping
+  them any earlier than their own assignment's release.
+- ``answer:<question>``: a markdown cell holding a thinking question's answer between ``### BEGIN SOLUTION``
+  and ``### END SOLUTION``; students get a box to write their own answer in. It carries no points (nbgrader
+  lists it for optional reading in the formgrader), so no grade depends on it.
+"""
+import argparse
+import filecmp
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
+from course import layout
+from course.layout import ROOT as REPO
+
+SCHEMA_VERSION = 3
+
+
+class ReleaseError(Exception):
+    """The source notebook does not match the exercise contract; the message says where."""
+
+
+_SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+
+
+def _owner(exercise: str) -> str | None:
+    return next((a for a, exercises in ASSIGNMENTS.items() if any(e.name == exercise for e in exercises)), None)
+
+
+def source_file(assignment: str) -> Path:
+    return REPO / layout.SOURCE / assignment / f"{assignment}.py"
+
+
+def solution_code(assignment: str) -> dict[str, str]:
+    """Exercise -> its solution cell in the source notebook, markers removed: a complete answer."""
+    solutions = {}
+    for cell in jupytext.read(source_file(assignment)).cells:
+        for tag in cell.metadata.get("tags", []):
+            kind, _, exercise = tag.partition(":")
+            if kind == "solution":
+                lines = [line for line in cell.source.splitlines() if line.strip() not in _SOLUTION_MARKERS]
+                solutions[exercise] = "\n".join(lines).strip()
+    return solutions
+
+
+def _provided(exercises: list[str], assignment: str, index: int, where: str) -> tuple[str, dict]:
+    """Source and nbgrader metadata of a read-only cell holding the solutions of ``exercises``."""
+    order = list(ASSIGNMENTS)
+    parts, owners = [], []
+    for exercise in exercises:
+        owner = _owner(exercise)
+        if owner is None or order.index(owner) >= order.index(assignment):
+            raise ReleaseError(f"{where}: provided:{exercise} must name an exercise of an earlier assignment")
+        parts.append(solution_code(owner)[exercise])
+        owners.append(owner)
+    header = (f"# Provided: answers from {', '.join(dict.fromkeys(owners))}. Run this cell; nothing to fill in.\n"
+              "# (The grader reads these definitions too: edit them only if you know why.)\n"
+              "import math\n\nimport torch\nfrom torch import nn")
+    metadata = {"grade": False, "grade_id": f"provided_{index:02d}", "locked": True,
+                "schema_version": SCHEMA_VERSION, "solution": False, "task": False}
+    return "\n\n\n".join([header, *parts]), metadata
+
+
+def _nbgrader_metadata(kind: str, exercise: str) -> dict:
+    if exercise not in EXERCISES:
+        raise ReleaseError(f"tag {kind}:{exercise} names no exercise the graders know")
+    graded = kind == "tests"
+    return {
+        "grade": graded, "grade_id": f"{kind}_{exercise}", "locked": graded,
+        "points": EXERCISES[exercise].points if graded else 0, "schema_version": SCHEMA_VERSION,
+        "solution": not graded, "task": False,
+    }
+
+
+def _answer_metadata(cell, question: str, where: str) -> dict:
+    if cell.cell_type != "markdown" or not all(marker in cell.source for marker in _SOLUTION_MARKERS):
+        raise ReleaseError(f"{where}: answer:{question} must be a markdown cell with the answer between "
+                           f"{' and '.join(_SOLUTION_MARKERS)}")
+    return {"grade": True, "grade_id": f"answer_{question}", "locked": False, "points": 0,
+            "schema_version": SCHEMA_VERSION, "solution": True, "task": False}
+
+
+def build_source_notebook(py_file: Path, assignment: str) -> nbformat.NotebookNode:
+    """The nbgrader source notebook of ``py_file``: nbgrader metadata from the tags, stable cell ids."""
+    nb = jupytext.read(py_file)
+    nb.metadata.pop("jupytext", None)
+    seen = {"solution": [], "tests": []}
+    for index, cell in enumerate(nb.cells):
+        cell.id = f"cell-{index:02d}"
+        tags = cell.metadata.pop("tags", [])
+        provided = [tag.partition(":")[2] for tag in tags if tag.startswith("provided:")]
+        if provided:
+            cell.source, cell.metadata["nbgrader"] = _provided(provided, assignment, index, f"{py_file.name}, cell {index}")
+        for tag in tags:
+            kind, _, exercise = tag.partition(":")
+            if kind == "provided":
+                continue
+            if kind == "answer" and exercise:
+                cell.metadata["nbgrader"] = _answer_metadata(cell, exercise, f"{py_file.name}, cell {index}")
+                continue
+            if kind not in seen or not exercise:
+                raise ReleaseError(f"{py_file.name}, cell {index}: unknown tag {tag!r}")
+            cell.metadata["nbgrader"] = _nbgrader_metadata(kind, exercise)
+            seen[kind].append(exercise)
+    expected = [e.name for e in ASSIGNMENTS[assignment]]
+    for kind, names in seen.items():
+        if names != expected:
+            raise ReleaseError(f"{py_file.name}: {kind} cells are for {names}, the graders expect {expected} in that order")
+    return nb
+
+
+def build_sources(root: Path) -> None:
+    """Write ``source/<assignment>/*.ipynb`` under ``root`` from the ``.py`` twins in this repo."""
+    for assignment in ASSIGNMENTS:
+        py_file = source_file(assignment)
+        if not py_file.is_file():
+            raise ReleaseError(f"{py_file} is missing: each assignment's notebook is source/<assignment>/<assignment>.py")
+        target = root / layout.SOURCE / assignment / py_file.with_suffix(".ipynb").name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(build_source_notebook(py_file, assignment), target)
+
+
+def generate(root: Path) -> None:
+    """Run ``nbgrader generate_assignment`` in ``root`` for every assignment (one nbgrader run for all)."""
+    build_sources(root)
+    done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", "*",
+                           "--force", "--create", "--log-level=WARN"],
+                          cwd=root, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ReleaseError(f"nbgrader generate_assignment failed:\n{done.stdout}{done.stderr}")
+
+
+def stale_files() -> list[str]:
+    """Files of ``release/`` that differ from a fresh generation (empty when it is current)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        shutil.copy(REPO / "nbgrader_config.py", root)
+        generate(root)
+        fresh, committed = root / layout.RELEASE, REPO / layout.RELEASE
+        files = {p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file()}
+        files |= {p.relative_to(committed) for p in committed.rglob("*") if p.is_file()}
+        return [str(Path(layout.RELEASE) / f) for f in sorted(files)
+                if not ((fresh / f).is_file() and (committed / f).is_file()
+                        and filecmp.cmp(fresh / f, committed / f, shallow=False))]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only say whether release/ is current")
+    args = parser.parse_args(argv)
+    try:
+        if args.check:
+            stale = stale_files()
+            if stale:
+                print("release/ is out of date with source/; run `course-release`. Differing files:")
+                print("\n".join(f"  {f}" for f in stale))
+                return 1
+            print("release/ is current.")
+            return 0
+        generate(REPO)
+    except ReleaseError as e:
+        print(f"course-release: {e}", file=sys.stderr)
+        return 1
+    print("release/ regenerated from source/.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

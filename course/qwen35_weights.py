@@ -1,0 +1,360 @@
+"""Load the weights of one Qwen3.5-0.8B attention layer, and token embeddings, from a checkpoint.
+
+Where the weights come from, in order:
+
+1. the ``path`` argument (a checkpoint folder, or a file inside one);
+2. the folder in the environment variable ``QWEN35_PATH``;
+3. the Hugging Face cache, where ``huggingface-cli download Qwen/Qwen3.5-0.8B`` puts the model
+   (``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``);
+4. the partial copy ``course-weights qwen35 --layers 3`` fetches into the course's cache (the real
+   config, layer 3's weights and the embeddings of a few tokens; see ``course.tools.qwen35_fetch``);
+5. the synthetic stand-in shipped with the course in ``data/qwen35_layer3/`` (random weights with the
+   real keys, shapes, dtype and config; see its README).
+
+A real model is used whenever one is found, and each loader prints one line saying which source it
+read. Only the tensors asked for are read, memory-mapped, never the whole checkpoint (1.7 GB): a
+checkpoint is a folder with ``config.json`` and either ``model.safetensors`` or sharded files listed
+in ``model.safetensors.index.json``.
+"""
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from course.cache import cache_dir
+from course.qwen35 import FULL_ATTENTION, TextConfig, read_config
+
+REPO_ID = "Qwen/Qwen3.5-0.8B"
+ENV_VAR = "QWEN35_PATH"
+# The stand-in ships in data/qwen35_layer3/ next to this package (a checkout, an editable install); an
+# installed course carries it inside the package instead (see pyproject.toml), which is looked at first.
+_PACKAGED_FIXTURE = Path(__file__).resolve().parent / "qwen35_layer3"
+FIXTURE_DIR = (_PACKAGED_FIXTURE if (_PACKAGED_FIXTURE / "config.json").is_file()
+               else Path(__file__).resolve().parent.parent / "data" / "qwen35_layer3")
+LANGUAGE_MODEL = "model.language_model."
+EMBEDDING_KEY = LANGUAGE_MODEL + "embed_tokens.weight"
+# The stand-in and a partial copy cannot hold the 248,320 × 1024 embedding table; they keep a few rows under
+# keys no real checkpoint has.
+FIXTURE_ROWS_KEY = "fixture.embed_tokens.rows"
+FIXTURE_IDS_KEY = "fixture.embed_tokens.ids"
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+SYNTHETIC_NOTE = "synthetic stand-in"  # how the stand-in's safetensors metadata "note" starts
+PARTIAL_NOTE = "partial copy"  # how a partial copy's note starts
+
+_HOW_TO_GET_THE_MODEL = (f"download the model (`huggingface-cli download {REPO_ID}`), set {ENV_VAR} "
+                         "to a folder that holds its config.json and safetensors weights, or fetch only what the "
+                         "course reads with `course-weights qwen35 --layers 3`")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be found or read, or is not the model the course expects."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint folder, how it was found (``origin``), and whether it is the synthetic stand-in or a
+    partial copy of the real model (some layers and embedding rows)."""
+
+    folder: Path
+    origin: str  # "path argument", "$QWEN35_PATH", "Hugging Face cache", "course cache" or "course fixture"
+    synthetic: bool
+    partial: bool = False
+
+    def describe(self) -> str:
+        """One line for people: what these weights are and where they come from."""
+        if self.synthetic:
+            return (f"synthetic stand-in ({_display(self.folder)}) — random weights in the real format, not "
+                    f"the trained model; for the real one run `course-weights qwen35 --layers 3`, set {ENV_VAR} "
+                    f"or download {REPO_ID}")
+        if self.partial:
+            return f"{REPO_ID} from {self.folder} (the tensors the course reads, fetched by `course-weights qwen35`)"
+        return f"{REPO_ID} from {self.folder} ({self.origin})"
+
+
+def find_checkpoint(path=None) -> Checkpoint:
+    """The checkpoint the loaders will read: ``path``, then ``$QWEN35_PATH``, the Hugging Face cache, the
+    partial copy in the course's cache, and last the shipped stand-in. A path that is given (argument or
+    variable) must be a checkpoint."""
+    if path is not None:
+        return _checked(Path(path), "path argument")
+    if os.environ.get(ENV_VAR):
+        return _checked(Path(os.environ[ENV_VAR]), f"${ENV_VAR}")
+    cached = _from_hf_cache()
+    if cached is not None:
+        return cached
+    if (partial_folder() / SINGLE_FILE).is_file():
+        return _checked(partial_folder(), "course cache")
+    return _checked(FIXTURE_DIR, "course fixture")
+
+
+def partial_folder() -> Path:
+    """Where ``course-weights qwen35`` keeps the partial copy of the real model."""
+    return cache_dir() / "qwen35" / "Qwen3.5-0.8B-partial"
+
+
+def load_config(path=None, *, verbose: bool = False) -> TextConfig:
+    """The text model's configuration (``course.qwen35.TextConfig``) of the checkpoint ``find_checkpoint`` picks."""
+    checkpoint = find_checkpoint(path)
+    if verbose:
+        print(f"config: {checkpoint.describe()}")
+    return read_config(checkpoint.folder / "config.json")
+
+
+def load_attention_layer(layer: int = 3, path=None, dtype=None, *, verbose: bool = True) -> dict[str, torch.Tensor]:
+    """The weights of full-attention layer ``layer``, keyed relative to the layer.
+
+    Returns (with the shapes of Qwen3.5-0.8B: ``H = 8`` query heads, ``Hkv = 2``, ``D = 256``, hidden 1024):
+
+    - ``self_attn.q_proj.weight [H·2·D, hidden]`` = ``[4096, 1024]``: each head's ``2·D`` rows are
+      ``[query_h | gate_h]``;
+    - ``self_attn.k_proj.weight``, ``self_attn.v_proj.weight [Hkv·D, hidden]`` = ``[512, 1024]``;
+    - ``self_attn.o_proj.weight [hidden, H·D]`` = ``[1024, 2048]``;
+    - ``self_attn.q_norm.weight``, ``self_attn.k_norm.weight [D]`` = ``[256]`` (zero-centred: scale ``1 + w``);
+    - ``input_layernorm.weight [hidden]`` = ``[1024]`` (zero-centred).
+
+    A module with ``self_attn`` and ``input_layernorm`` children loads it with ``load_state_dict``; an
+    attention module alone loads ``submodule_state(weights, "self_attn")``. Tensors keep the stored
+    dtype (bfloat16) unless ``dtype`` asks for another.
+    """
+    checkpoint = find_checkpoint(path)
+    config = read_config(checkpoint.folder / "config.json")
+    _check_layer(layer, config, checkpoint)
+    tensors = _TensorFiles(checkpoint.folder)
+    prefix = f"{LANGUAGE_MODEL}layers.{layer}."
+    weights = {name: tensors.read(prefix + name, shape, _stored_dtype(config), checkpoint)
+               for name, shape in attention_shapes(config).items()}
+    if verbose:
+        print(f"layer {layer} weights: {checkpoint.describe()}")
+    return {name: tensor.to(dtype) if dtype is not None else tensor for name, tensor in weights.items()}
+
+
+def load_embedding_rows(token_ids, path=None, dtype=None, *, verbose: bool = True) -> torch.Tensor:
+    """Embedding rows ``[n, hidden]`` of ``token_ids`` (a list or 1-D tensor of ``n`` ids), in that order.
+
+    From a real checkpoint only these rows of ``model.language_model.embed_tokens.weight`` are read.
+    The stand-in holds the rows of the course's prompt only (今天天气不错，我们去公园), a partial copy the
+    rows it was fetched with; other ids raise an error that says so.
+    """
+    ids = [int(i) for i in torch.as_tensor(token_ids).reshape(-1).tolist()]
+    checkpoint = find_checkpoint(path)
+    config = read_config(checkpoint.folder / "config.json")
+    tensors = _TensorFiles(checkpoint.folder)
+    if checkpoint.synthetic or checkpoint.partial:
+        rows = _stored_rows(ids, tensors, config, checkpoint)
+    else:
+        rows = tensors.read_rows(EMBEDDING_KEY, ids, (config.vocab_size, config.hidden_size),
+                                 _stored_dtype(config), checkpoint)
+    if verbose:
+        print(f"embeddings: {checkpoint.describe()}")
+    return rows.to(dtype) if dtype is not None else rows
+
+
+def attention_shapes(config) -> dict[str, tuple[int, ...]]:
+    """Shapes of a full-attention layer's tensors, keyed relative to the layer."""
+    heads, kv_heads, dim, hidden = (config.num_attention_heads, config.num_key_value_heads,
+                                    config.head_dim, config.hidden_size)
+    return {
+        "self_attn.q_proj.weight": (heads * 2 * dim, hidden),
+        "self_attn.k_proj.weight": (kv_heads * dim, hidden),
+        "self_attn.v_proj.weight": (kv_heads * dim, hidden),
+        "self_attn.o_proj.weight": (hidden, heads * dim),
+        "self_attn.q_norm.weight": (dim,),
+        "self_attn.k_norm.weight": (dim,),
+        "input_layernorm.weight": (hidden,),
+    }
+
+
+def submodule_state(weights: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The entries of ``weights`` under ``prefix`` (e.g. ``"self_attn"``), with the prefix removed."""
+    start = prefix.rstrip(".") + "."
+    return {key[len(start):]: value for key, value in weights.items() if key.startswith(start)}
+
+
+# --- finding a checkpoint -------------------------------------------------------------------------
+
+def _checked(folder: Path, origin: str) -> Checkpoint:
+    """``folder`` as a checkpoint, or an error that says what is missing. A file inside the folder
+    (its ``config.json``, ``model.safetensors`` or index) stands for the folder."""
+    if folder.is_file():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder} ({origin}) does not exist; {_HOW_TO_GET_THE_MODEL}")
+    if not (folder / "config.json").is_file():
+        raise CheckpointError(f"{folder} ({origin}) has no config.json, so it is not a model checkpoint; "
+                              f"{_HOW_TO_GET_THE_MODEL}")
+    if not ((folder / INDEX_FILE).is_file() or (folder / SINGLE_FILE).is_file()):
+        raise CheckpointError(f"{folder} ({origin}) has neither {SINGLE_FILE} nor {INDEX_FILE}; the weights "
+                              f"are missing or not in safetensors format; {_HOW_TO_GET_THE_MODEL}")
+    note = _note(folder)
+    return Checkpoint(folder, origin, synthetic=note.startswith(SYNTHETIC_NOTE), partial=note.startswith(PARTIAL_NOTE))
+
+
+def _note(folder: Path) -> str:
+    """The stand-in and a partial copy say what they are in their safetensors metadata; real checkpoints
+    have no such note."""
+    if not (folder / SINGLE_FILE).is_file():
+        return ""
+    with safe_open(folder / SINGLE_FILE, framework="pt") as handle:
+        return (handle.metadata() or {}).get("note", "")
+
+
+def hf_cache_dir() -> Path:
+    """Where Hugging Face keeps downloaded models, following huggingface_hub's variables."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    base = Path(os.environ["XDG_CACHE_HOME"]) if os.environ.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    return base / "huggingface" / "hub"
+
+
+def _from_hf_cache():
+    """The cached snapshot of the model: the one ``refs/main`` names, else the newest complete one.
+    Incomplete snapshots (a download that stopped, or only the tokenizer fetched) are skipped."""
+    model_dir = hf_cache_dir() / ("models--" + REPO_ID.replace("/", "--"))
+    snapshots = model_dir / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    main = model_dir / "refs" / "main"
+    preferred = snapshots / main.read_text().strip() if main.is_file() else None
+    candidates = sorted(snapshots.iterdir(), key=lambda p: (p != preferred, -p.stat().st_mtime))
+    for folder in candidates:
+        try:
+            checkpoint = _checked(folder, "Hugging Face cache")
+            _TensorFiles(folder).files()  # every shard the index lists is there
+            return checkpoint
+        except CheckpointError:
+            continue
+    return None
+
+
+def _display(folder: Path) -> str:
+    """``folder`` relative to the repository when it is inside it (shorter, same on every machine)."""
+    try:
+        return str(folder.resolve().relative_to(FIXTURE_DIR.parent.parent))
+    except ValueError:
+        return str(folder)
+
+
+# --- reading tensors ------------------------------------------------------------------------------
+
+class _TensorFiles:
+    """Which safetensors file holds which key, for a single file or an index of shards."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        index = folder / INDEX_FILE
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            except (json.JSONDecodeError, KeyError) as error:
+                raise CheckpointError(f"{index} is not a safetensors index ({error!r}); download it again") from None
+            self.location = {key: folder / name for key, name in weight_map.items()}
+        else:
+            with safe_open(folder / SINGLE_FILE, framework="pt") as handle:
+                self.location = dict.fromkeys(handle.keys(), folder / SINGLE_FILE)
+
+    def files(self) -> set[Path]:
+        """The files the keys live in; an error if one is missing."""
+        files = set(self.location.values())
+        for file in files:
+            if not file.is_file():
+                raise CheckpointError(f"{file} is missing, but {self.folder / INDEX_FILE} lists tensors in it; "
+                                      "the download is incomplete: download the model again")
+        return files
+
+    def file_of(self, key: str, checkpoint: Checkpoint) -> Path:
+        if key not in self.location:
+            where = self.folder / (INDEX_FILE if (self.folder / INDEX_FILE).is_file() else SINGLE_FILE)
+            if checkpoint.synthetic:
+                hint = ("the synthetic stand-in holds only layer 3's attention and the prompt's embeddings; for "
+                        f"anything else, {_HOW_TO_GET_THE_MODEL}")
+            elif checkpoint.partial:
+                hint = ("this partial copy holds only the layers it was fetched with; add others with "
+                        "`course-weights qwen35 --layers N`")
+            else:
+                hint = f"is this {REPO_ID}? Use its original files; if the download is incomplete, download it again"
+            raise CheckpointError(f"{where} has no tensor {key!r}; {hint}")
+        file = self.location[key]
+        if not file.is_file():
+            raise CheckpointError(f"{file} is missing (it should hold {key!r}); the download is incomplete: "
+                                  "download the model again")
+        return file
+
+    def read(self, key: str, shape, dtype: torch.dtype, checkpoint: Checkpoint) -> torch.Tensor:
+        """The tensor ``key``, checked against the expected ``shape`` (None: any) and ``dtype``."""
+        file = self.file_of(key, checkpoint)
+        with safe_open(file, framework="pt") as handle:
+            # safetensors hands back a view of the memory-mapped file; a copy (a few MB) keeps the
+            # tensor valid if the file is replaced while it is in use (rewriting the fixture, a new download).
+            tensor = handle.get_tensor(key).clone()
+        _check(file, key, tuple(tensor.shape), tensor.dtype, shape, dtype)
+        return tensor
+
+    def read_rows(self, key: str, rows: list[int], shape, dtype: torch.dtype, checkpoint: Checkpoint) -> torch.Tensor:
+        """Rows ``rows`` of the 2-D tensor ``key`` (expected ``shape``), reading only those rows."""
+        file = self.file_of(key, checkpoint)
+        with safe_open(file, framework="pt") as handle:
+            view = handle.get_slice(key)
+            _check(file, key, tuple(view.get_shape()), _torch_dtype(view.get_dtype()), shape, dtype)
+            for row in rows:
+                if not 0 <= row < shape[0]:
+                    raise CheckpointError(f"token id {row} is out of range: {key} in {file} has {shape[0]} rows")
+            return torch.cat([view[row:row + 1] for row in rows]) if rows else torch.empty(0, shape[1], dtype=dtype)
+
+
+def _stored_rows(ids: list[int], tensors: _TensorFiles, config: TextConfig, checkpoint: Checkpoint) -> torch.Tensor:
+    """Rows from the small table of the stand-in or of a partial copy: ``fixture.embed_tokens.ids [m]`` and
+    ``.rows [m, hidden]``."""
+    stored_ids = tensors.read(FIXTURE_IDS_KEY, None, torch.int64, checkpoint).tolist()
+    rows = tensors.read(FIXTURE_ROWS_KEY, (len(stored_ids), config.hidden_size), _stored_dtype(config), checkpoint)
+    missing = sorted(set(ids) - set(stored_ids))
+    if missing and checkpoint.partial:
+        raise CheckpointError(f"token ids {missing} are not in {checkpoint.folder / SINGLE_FILE}: this partial copy "
+                              f"holds the embeddings of {stored_ids} only; add a text's tokens with "
+                              "`course-weights qwen35 --text TEXT`")
+    if missing:
+        raise CheckpointError(f"token ids {missing} are not in {checkpoint.folder / SINGLE_FILE}: the synthetic "
+                              f"stand-in stores only the embeddings of {stored_ids} (今天天气不错，我们去公园); "
+                              f"for other text, {_HOW_TO_GET_THE_MODEL}")
+    position = {token: i for i, token in enumerate(stored_ids)}
+    return rows[[position[token] for token in ids]]
+
+
+def _check(file: Path, key: str, shape, dtype, expected_shape, expected_dtype) -> None:
+    if expected_shape is not None and shape != tuple(expected_shape):
+        raise CheckpointError(f"{key} in {file} has shape {list(shape)}, expected {list(expected_shape)} for "
+                              f"{REPO_ID}; this checkpoint is another model (or its config.json does not "
+                              "match its weights): use Qwen3.5-0.8B")
+    if dtype != expected_dtype:
+        raise CheckpointError(f"{key} in {file} is {dtype}, expected {expected_dtype} as config.json says; the "
+                              f"checkpoint was converted: use the original {REPO_ID} files (to get another "
+                              "dtype, pass dtype= to the loader, which casts after reading)")
+
+
+def _check_layer(layer: int, config: TextConfig, checkpoint: Checkpoint) -> None:
+    if not 0 <= layer < config.num_hidden_layers:
+        raise CheckpointError(f"layer {layer} does not exist: {checkpoint.folder / 'config.json'} has "
+                              f"{config.num_hidden_layers} layers (0 to {config.num_hidden_layers - 1})")
+    if config.layer_types[layer] != FULL_ATTENTION:
+        raise CheckpointError(f"layer {layer} is a {config.layer_types[layer]} (Gated DeltaNet) layer; the "
+                              f"softmax-attention layers are {list(config.full_attention_layers)}")
+
+
+def _stored_dtype(config: TextConfig) -> torch.dtype:
+    return _torch_dtype(config.dtype)
+
+
+# Names safetensors and config.json use for dtypes.
+_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
+           "I64": torch.int64, "I32": torch.int32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+           "float32": torch.float32}
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    # An unknown name stays a string: it never equals the expected dtype, so _check reports it as it is.
+    return _DTYPES.get(name, name)
