@@ -17,13 +17,13 @@ from pathlib import Path  # noqa: E402 - after the fork server's start, on purpo
 import pytest  # noqa: E402
 
 from autograder.engine import exercise as grading  # noqa: E402
-from autograder.engine.grading import judge  # noqa: E402
 from autograder.engine.assignments import ASSIGNMENTS  # noqa: E402
+from autograder.engine.grading import judge  # noqa: E402
 from autograder.engine.ipynb import NotebookError, read_code_cells  # noqa: E402
-from autograder.scoreboard import Scoreboard  # noqa: E402
-from course import layout  # noqa: E402
 from autograder.engine.sandbox.walls import describe_missing  # noqa: E402
 from autograder.engine.submission import SubmissionError, notebooks  # noqa: E402
+from autograder.scoreboard import Scoreboard  # noqa: E402
+from course import layout  # noqa: E402
 
 BOARD = pytest.StashKey[Scoreboard]()
 _config: pytest.Config | None = None

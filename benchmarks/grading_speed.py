@@ -1,7 +1,9 @@
 """Wall time of grading one fully solved 01 notebook: `pytest autograder/` against `nbgrader autograde`
-on the same submission, and against a bare `python -c "import torch"`.
+on the same submission, and against a bare `python -c "import torch"`. With --real-model, also one solved
+07 notebook (`pytest autograder/test_07_real_model.py`, the real SmolLM2 model: run `course-weights smollm2`
+first), against the same torch import.
 
-Run: python benchmarks/grading_speed.py [--repeats N]
+Run: python benchmarks/grading_speed.py [--repeats N] [--real-model]
 """
 import argparse
 import os
@@ -18,6 +20,8 @@ sys.path.insert(0, str(REPO))
 
 from autograder.instructor.release import generate  # noqa: E402
 from tests.notebooks import ASSIGNMENT, filled, source_solutions, write_submission  # noqa: E402
+
+REAL_MODEL = "07_real_model"
 
 
 def wall(command, cwd, env=None) -> float:
@@ -36,7 +40,10 @@ def median_wall(command, cwd, repeats, env=None) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
-    repeats = parser.parse_args().repeats
+    parser.add_argument("--real-model", action="store_true",
+                        help=f"also time grading a solved {REAL_MODEL} notebook (needs `course-weights smollm2`)")
+    args = parser.parse_args()
+    repeats = args.repeats
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         shutil.copy(REPO / "nbgrader_config.py", root)
@@ -52,6 +59,10 @@ def main() -> None:
         autograde = [sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT, "--create", "--force",
                      "--log-level=WARN"]
         nbgrader_s = median_wall(autograde, root, max(1, repeats // 2))
+        if args.real_model:
+            real = write_submission(root / "real", filled(source_solutions(REAL_MODEL), REAL_MODEL), REAL_MODEL)
+            real_s = median_wall([sys.executable, "-m", "pytest", f"autograder/test_{REAL_MODEL}.py", "-q",
+                                  "-p", "no:cacheprovider", "--submission", real], REPO, repeats)
 
     print(f"python -c 'import torch'                      {torch_s:6.2f} s")
     print(f"pytest autograder/ (one solved 01)            {pytest_s:6.2f} s   "
@@ -59,7 +70,10 @@ def main() -> None:
     print(f"  same, third-party pytest plugins not loaded {pytest_bare_s:6.2f} s   "
           f"{pytest_bare_s / torch_s:4.2f}x torch import, {pytest_bare_s / nbgrader_s:4.2f}x nbgrader")
     print(f"nbgrader autograde (same submission)          {nbgrader_s:6.2f} s")
-    print("goal: pytest under 2x the torch import (both start torch: the grader and its sandbox's fork server)")
+    if args.real_model:
+        print(f"pytest test_{REAL_MODEL}.py (one solved 07)  {real_s:6.2f} s   {real_s / torch_s:4.2f}x torch import")
+    print("goal: pytest under 2x the torch import (both start torch: the grader and its sandbox's fork server)"
+          + (f"; {REAL_MODEL} under 3x" if args.real_model else ""))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ so a Hugging Face checkpoint loads unchanged.
 
 Shapes: token ids ``[B, T]``; hidden states ``[B, T, hidden]``; logits ``[B, T, vocab]``. An
 ``attention_mask`` is ``[B, k_len]`` of 0/1 covering cached and new positions, as each attention module
-expects it (COURSE_SPEC §3).
+expects it (the exercise contract every notebook states).
 """
 import dataclasses
 import json
@@ -94,7 +94,8 @@ class DecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    """The whole causal LM, with ``attention_class(config)`` as every layer's attention.
+    """The whole causal LM, with ``attention_class(config)`` as every layer's attention. Its weights are a
+    checkpoint's (``load_model``): the embedding ``[vocab, hidden]`` starts uninitialised.
 
     ``forward(input_ids [B, T], attention_mask=None, caches=None) -> logits [B, T, vocab]``: ``caches`` is
     one cache object per layer (or None), handed to that layer's attention as ``cache``.
@@ -103,7 +104,10 @@ class LlamaModel(nn.Module):
     def __init__(self, config: LlamaConfig, attention_class):
         super().__init__()
         self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # Not nn.Embedding's random start: on the meta device (load_model) its normal_ imports torch._dynamo,
+        # over a second in every sandbox child that builds the model.
+        self.embed_tokens = nn.Embedding.from_pretrained(torch.empty(config.vocab_size, config.hidden_size),
+                                                         freeze=False)
         self.layers = nn.ModuleList(DecoderLayer(config, _built_on_cpu(attention_class, config))
                                     for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)

@@ -4,7 +4,7 @@ Where the weights come from, in order:
 
 1. the ``path`` argument (a checkpoint folder, or a file inside one);
 2. the folder in the environment variable ``QWEN35_PATH``;
-3. the Hugging Face cache, where ``huggingface-cli download Qwen/Qwen3.5-0.8B`` puts the model
+3. the Hugging Face cache, where ``hf download Qwen/Qwen3.5-0.8B`` puts the model
    (``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``);
 4. the partial copy ``course-weights qwen35 --layers 3`` fetches into the course's cache (the real
    config, layer 3's weights and the embeddings of a few tokens; see ``course.tools.qwen35_fetch``);
@@ -45,7 +45,7 @@ INDEX_FILE = "model.safetensors.index.json"
 SYNTHETIC_NOTE = "synthetic stand-in"  # how the stand-in's safetensors metadata "note" starts
 PARTIAL_NOTE = "partial copy"  # how a partial copy's note starts
 
-_HOW_TO_GET_THE_MODEL = (f"download the model (`huggingface-cli download {REPO_ID}`), set {ENV_VAR} "
+_HOW_TO_GET_THE_MODEL = (f"download the model (`hf download {REPO_ID}`), set {ENV_VAR} "
                          "to a folder that holds its config.json and safetensors weights, or fetch only what the "
                          "course reads with `course-weights qwen35 --layers 3`")
 

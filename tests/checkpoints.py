@@ -22,7 +22,7 @@ def isolate(monkeypatch, tmp_path):
     monkeypatch.delenv("HF_HOME", raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
-    monkeypatch.setattr(weights, "partial_folder", lambda: tmp_path / "no-partial-copy")
+    monkeypatch.setattr(qwen35_weights, "partial_folder", lambda: tmp_path / "no-partial-copy")
 
 
 def shipped_config() -> dict:

@@ -1,24 +1,87 @@
-"""What the project's tests share: the real model of assignment 07, fetched once per run into the course's
-cache (``course-weights smollm2``; nothing happens when it is already there)."""
+"""What the project's tests share: the real weights the assignments' graders read (their records' ``needs``,
+e.g. 07's SmolLM2), fetched once per run into the course's cache with each one's command; nothing happens
+when they are there."""
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
 import pytest
 
-from course import smollm2
+from autograder.engine.assignments import SMOLLM2, needed_weights
+from autograder.engine.sandbox.client import Sandbox, shared
+from autograder.instructor.release import generate
+from course.layout import ROOT as REPO
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _smollm2_fetched():
-    """Fetch the weights before any test starts the grading sandbox, which may read them only if they exist
-    when it starts. A failure (offline, no cache) is kept for the tests that need the weights."""
-    try:
-        return smollm2.fetch(progress=False), None
-    except (smollm2.FetchError, OSError) as error:
-        return None, error
+def _weights_fetched() -> dict:
+    """The weights that could not be fetched (offline, no cache) -> why, kept for the tests that need them.
+    Fetched before any test starts the grading sandbox, which may read weights only if they exist when it
+    starts."""
+    failed = {}
+    for weights in needed_weights():
+        if weights.ready():
+            continue
+        command = shlex.split(weights.command)
+        # The console script of the Python running the tests, not another environment's on PATH.
+        command[0] = shutil.which(command[0], path=os.path.dirname(sys.executable)) or command[0]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True)
+            said = (done.stdout + done.stderr).strip()
+        except OSError as error:
+            said = str(error)
+        if not weights.ready():
+            failed[weights] = f"`{weights.command}` said: {said[-2000:]}"
+    return failed
 
 
 @pytest.fixture(scope="session")
-def smollm2_weights(_smollm2_fetched):
+def smollm2_weights(_weights_fetched):
     """The converted SmolLM2-135M-Instruct folder; the test fails with the reason when it could not be fetched."""
-    folder, error = _smollm2_fetched
-    if folder is None:
-        pytest.fail(f"the SmolLM2 weights could not be fetched: {error}")
-    return folder
+    if SMOLLM2 in _weights_fetched:
+        pytest.fail(f"the {SMOLLM2.name} weights could not be fetched: {_weights_fetched[SMOLLM2]}")
+    return SMOLLM2.folder()
+
+
+# Verdict tests grade in this process, on one warm fork server (the one `pytest autograder/` would use),
+# instead of starting a cold grader each; only tests of a command run the command (tests/commands.py).
+@pytest.fixture(scope="session")
+def sandbox() -> Sandbox:
+    """The process's sandbox, started and greeted once (after the weights are fetched: autouse goes first)."""
+    started = shared()
+    started.hello()
+    return started
+
+
+@pytest.fixture(scope="session")
+def sandbox_without():
+    """Sandboxes with some walls turned off (``sandbox_without("landlock", "seccomp")``), each started once, to
+    show that the walls left hold on their own and that grading goes on."""
+    started = {}
+
+    def make(*walls: str) -> Sandbox:
+        key = ",".join(walls)
+        if key not in started:
+            os.environ["ATTENTION_COURSE_SANDBOX_OFF"] = key  # read by the fork server as it starts
+            try:
+                started[key] = Sandbox()
+                started[key].hello()
+            finally:
+                del os.environ["ATTENTION_COURSE_SANDBOX_OFF"]
+        return started[key]
+
+    yield make
+    for box in started.values():
+        box.stop()
+
+
+@pytest.fixture(scope="session")
+def generated_course(tmp_path_factory):
+    """A course folder where nbgrader generated release/ (and gradebook.db) from source/, once per run, as
+    `course-release` does in the checkout. Read it, or copy it before writing."""
+    root = tmp_path_factory.mktemp("generated-course")
+    shutil.copy(REPO / "nbgrader_config.py", root)
+    generate(root)
+    return root

@@ -8,6 +8,9 @@ from course.layout import ROOT as REPO
 from autograder.instructor.release import solution_code
 
 ASSIGNMENT = "01_attention_basics"
+# Each solved source notebook is executed once in a full run: these in JupyterLab itself (tests/test_browser.py),
+# the others by nbclient (tests/test_release.py).
+IN_THE_BROWSER = ("01_attention_basics",)
 
 
 def released_path(assignment: str = ASSIGNMENT) -> Path:

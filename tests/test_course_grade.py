@@ -93,8 +93,8 @@ def interrupt(folder, out) -> Interrupted:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """A class of seven, graded by a run stopped with Ctrl-C and the run that finishes it:
-    (class folder, output folder, the stopped run, the finishing run, the hostile's victim's hash)."""
+    """A class of seven and one `course-grade` run over it: (class folder, output folder, the run, the
+    hostile's victim's hash)."""
     root = tmp_path_factory.mktemp("class")
     folder, out = root / "submitted", root / "graded"
     victim = write_submission(folder / "alice", filled(source_solutions(A)))
@@ -108,9 +108,7 @@ def graded(tmp_path_factory):
     broken.parent.mkdir(parents=True)
     broken.write_text('{"cells": [', encoding="utf-8")
     before = digest(victim)
-    stopped = interrupt(folder, out)
-    finished = course_grade(folder, "--out", out, "--jobs", 2, "--notebook-timeout", CAP)
-    return folder, out, stopped, finished, before
+    return folder, out, course_grade(folder, "--out", out, "--jobs", 2, "--notebook-timeout", CAP), before
 
 
 def grades(out) -> dict[str, dict[str, str]]:
@@ -118,18 +116,24 @@ def grades(out) -> dict[str, dict[str, str]]:
         return {row["student"]: row for row in csv.DictReader(f)}
 
 
-def test_ctrl_c_leaves_a_state_that_the_next_run_finishes(graded):
-    _, _, stopped, finished, _ = graded
+@pytest.mark.slow  # a run of its own, stopped, and the run that finishes it
+def test_ctrl_c_leaves_a_state_that_the_next_run_finishes(graded, tmp_path):
+    folder, out, _, _ = graded
+    again = tmp_path / "graded"
+    stopped = interrupt(folder, again)
     assert stopped.returncode == 130, stopped.stderr
     assert "run the same command again" in stopped.stderr
     assert 1 <= len(stopped.saved) < 6 and not stopped.outputs_written
+    finished = course_grade(folder, "--out", again, "--jobs", 2, "--notebook-timeout", CAP)
     assert finished.returncode == 0, finished.stdout + finished.stderr
     assert f"{6 - len(stopped.saved)} graded" in finished.stdout  # it took up where the first run stopped
-    assert "ETA" in finished.stderr
+    assert outputs(again) == outputs(out)  # and ended with what one run gives
 
 
 def test_a_class_is_graded_into_a_gradebook(graded):
-    _, out, _, _, _ = graded
+    _, out, run, _ = graded
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "ETA" in run.stderr
     rows = grades(out)
     assert {s: int(r["total"]) for s, r in rows.items()} == EXPECTED
     assert list(rows["alice"]) == ["student", *(f"{A}/{e.name}" for e in ASSIGNMENTS[A]), A, "total", "percent"]
@@ -141,7 +145,7 @@ def test_a_class_is_graded_into_a_gradebook(graded):
 
 
 def test_named_mistakes_are_counted(graded):
-    _, out, _, _, _ = graded
+    _, out, _, _ = graded
     with open(out / "mistakes.csv", encoding="utf-8-sig", newline="") as f:
         rows = list(csv.DictReader(f))
     assert rows[0].keys() == {"assignment", "exercise", "mistake", "count", "students"}
@@ -151,7 +155,7 @@ def test_named_mistakes_are_counted(graded):
 
 
 def test_the_report_is_one_file_with_real_plots(graded):
-    _, out, _, _, _ = graded
+    _, out, _, _ = graded
     html = (out / "report.html").read_text(encoding="utf-8")
     assert html.count("data:image/png;base64,") == 3  # histogram, pass rates, mistakes
     assert not re.search(r"(src|href)=['\"](https?:|//|/)", html)  # nothing to fetch: it opens offline
@@ -159,7 +163,7 @@ def test_the_report_is_one_file_with_real_plots(graded):
 
 
 def test_feedback_shows_verdicts_and_no_hidden_code(graded):
-    _, out, _, _, _ = graded
+    _, out, _, _ = graded
     pages = sorted(p.relative_to(out / "feedback").as_posix() for p in (out / "feedback").rglob("*.html"))
     assert pages == [f"{s}/{A}.html" for s in sorted(EXPECTED)]
     carol = (out / "feedback" / "carol" / f"{A}.html").read_text(encoding="utf-8")
@@ -173,14 +177,14 @@ def test_feedback_shows_verdicts_and_no_hidden_code(graded):
 
 
 def test_the_cap_per_notebook_stops_a_stalling_notebook(graded):
-    _, out, _, _, _ = graded
+    _, out, _, _ = graded
     eve = (out / "feedback" / "eve" / f"{A}.html").read_text(encoding="utf-8")
     assert f"运行超过 {CAP:g} 秒" in eve
     assert eve.count(OUT_OF_TIME.format(cap=CAP)[:20]) == len(ASSIGNMENTS[A]) - 1
 
 
 def test_a_hostile_student_changes_only_their_own_grade(graded):
-    folder, out, _, _, before = graded
+    folder, out, _, before = graded
     assert digest(folder / "alice" / A / f"{A}.ipynb") == before
     assert not (state_folder(out) / "results" / "forged.json").exists()
     assert "forged" not in (out / "grades.csv").read_text(encoding="utf-8")
@@ -188,7 +192,7 @@ def test_a_hostile_student_changes_only_their_own_grade(graded):
 
 
 def test_a_second_run_grades_only_what_changed(graded, tmp_path):
-    folder, out, _, _, _ = graded
+    folder, out, _, _ = graded
     again = tmp_path / "again"
     shutil.copytree(out, again)
     first = outputs(again)
@@ -209,8 +213,9 @@ def test_a_second_run_grades_only_what_changed(graded, tmp_path):
     assert grades(again)["bob"]["total"] == "12"
 
 
+@pytest.mark.slow  # two runs side by side, each starting its own workers
 def test_shards_merged_give_the_outputs_of_one_run(graded, tmp_path):
-    folder, out, _, _, _ = graded
+    folder, out, _, _ = graded
     shards = [tmp_path / f"shard{i}" for i in (1, 2)]
     runs = [started(folder, "--out", shard, "--shard", f"{i}/2", "--jobs", 1, "--notebook-timeout", CAP)
             for i, shard in enumerate(shards, 1)]  # side by side, as a batch engine runs them

@@ -1,38 +1,34 @@
-"""`pytest autograder/` run on hostile submissions, end to end: the course's files, the score table and
-results.json are exactly what honest grading gives, and what a submission holds (links, FIFOs, code no
-parser can take) costs only that submission's own points."""
+"""Hostile submissions graded whole, as every channel grades them (``grade_notebook`` on this process's
+sandbox): the course's files and the results written are exactly what honest grading gives, and what a
+submission holds (links, FIFOs, code no parser can take) costs only that submission's own points."""
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import time
+from importlib.util import cache_from_source
+from pathlib import Path
 
+import autograder.engine.checks.attention_scores
+import autograder.engine.exercise
 from autograder.engine.assignments import ASSIGNMENTS
+from autograder.engine.grading import grade_notebook
+from autograder.engine.submission import notebooks
+from autograder.scoreboard import Scoreboard
 from course.layout import ROOT as REPO
 from tests.notebooks import ASSIGNMENT, filled, source_solutions, write_submission
 
 
-def run_grader(*args, **kwargs):
-    return subprocess.run([sys.executable, "-m", "pytest", "autograder/", "-p", "no:cacheprovider", *map(str, args)],
-                          cwd=REPO, capture_output=True, text=True, **kwargs)
-
-
-def course_files() -> dict[str, str]:
+def course_files() -> dict[Path, str]:
     """Digest of every file of the grading code, bytecode caches included."""
-    found = {}
-    for folder in ("autograder", "solutions", "course", "source"):
-        for path in sorted((REPO / folder).rglob("*")):
-            if path.is_file():
-                found[str(path.relative_to(REPO))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return found
+    return {path: hashlib.sha256(path.read_bytes()).hexdigest()
+            for folder in ("autograder", "solutions", "course", "source")
+            for path in sorted((REPO / folder).rglob("*")) if path.is_file()}
 
 
-def test_a_hostile_notebook_changes_nothing_but_its_own_score(tmp_path):
+def test_a_hostile_notebook_changes_nothing_but_its_own_score(tmp_path, sandbox):
     results = tmp_path / "results.json"
-    solutions = source_solutions()
-    targets = [REPO / "autograder" / "checks" / "__pycache__" / "attention_scores.cpython-311.pyc",
-               REPO / "autograder" / "exercise.py", REPO / "solutions" / "attention_basics.py"]
+    check, engine = autograder.engine.checks.attention_scores.__file__, autograder.engine.exercise.__file__
+    targets = [check, cache_from_source(check), engine, REPO / "solutions" / "attention_basics.py"]
     hostile = {
         # Correct answers, each after an attack: the points are earned, the attacks must change nothing.
         "attention_scores": f'''
@@ -46,6 +42,7 @@ def attention_scores(q, k):
             pass
     return q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
 ''',
+        # A process left behind to overwrite results.json once grading has written it.
         "causal_mask": f'''
 import os, time
 def causal_mask(q_len, k_len=None):
@@ -68,20 +65,26 @@ def causal_mask(q_len, k_len=None):
 ''',
         "padding_mask": "def padding_mask(attention_mask):\n    raise NotImplementedError()\n",
     }
-    notebook = write_submission(tmp_path, filled({**solutions, **hostile}))
+    notebook = write_submission(tmp_path, filled({**source_solutions(), **hostile}))
     before = course_files()
-    done = run_grader("--submission", notebook.parent, "--results-json", results)
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "总分 Total: 10/12" in done.stdout, done.stdout
+    board = Scoreboard()
+    for verdict in grade_notebook(notebook, sandbox=sandbox):
+        board.add(ASSIGNMENT, verdict)
+    board.write_results_json(results)
+    assert board.total() == (10, 12), board.table()
     time.sleep(4)  # longer than the leftover process would have waited
     written = json.loads(results.read_text(encoding="utf-8"))
     assert written["score"] == 10 and len(written["tests"]) == 5
-    assert course_files() == before
+    after = course_files()
+    # New bytecode caches may be this process's own (a module imported for the first time); any file that
+    # was there must be unchanged, and nothing else may appear.
+    assert {path: after.get(path) for path in before} == before
+    assert not [path for path in after.keys() - before.keys() if "__pycache__" not in path.parts]
 
 
-def test_files_that_are_not_notebooks_cost_only_their_assignments(tmp_path):
+def test_files_that_are_not_notebooks_cost_only_their_assignments(tmp_path, sandbox):
     """A link to another student's notebook, a FIFO and code nested too deep for Python's parser: each is
-    refused with a message, quickly, and every exercise stays in the table."""
+    refused with a message, and every exercise keeps its verdict."""
     other = write_submission(tmp_path / "other-student", filled(source_solutions()))
     mine = tmp_path / "mine"
     (mine / ASSIGNMENT).mkdir(parents=True)
@@ -92,18 +95,13 @@ def test_files_that_are_not_notebooks_cost_only_their_assignments(tmp_path):
     solutions = source_solutions("03_gqa_kv_cache")
     write_submission(mine, filled({**solutions, "repeat_kv": nested + solutions["repeat_kv"]}, "03_gqa_kv_cache"),
                      "03_gqa_kv_cache")
-    results = tmp_path / "results.json"
-    done = run_grader("--submission", mine, "--results-json", results, timeout=300)
-    assert done.returncode == 1
-    assert "指向提交文件夹以外的链接" in done.stdout and "不是普通文件" in done.stdout, done.stdout
-    written = json.loads(results.read_text(encoding="utf-8"))
+    found = notebooks(mine)
     # The FIFO's and the unparsable notebook's assignments were handed in: they are graded, not "未提交".
-    handed_in = (ASSIGNMENT, "02_multi_head", "03_gqa_kv_cache")
-    by_name = {t["name"]: t for t in written["tests"]}
-    assert sorted(by_name) == sorted(f"{a} / {e.name}" for a in handed_in for e in ASSIGNMENTS[a])
-    assert all(by_name[f"{ASSIGNMENT} / {e.name}"]["score"] == 0 for e in ASSIGNMENTS[ASSIGNMENT])
-    gqa = {e.name: by_name[f"03_gqa_kv_cache / {e.name}"] for e in ASSIGNMENTS["03_gqa_kv_cache"]}
-    assert "无法解析" in gqa["repeat_kv"]["output"], gqa["repeat_kv"]
-    assert gqa["KVCache"]["score"] == 2 and gqa["kv_cache_bytes"]["score"] == 1  # the other cells still count
-    out_of = sum(e.points for a in handed_in for e in ASSIGNMENTS[a])
-    assert f"总分 Total: {written['score']}/{out_of}" in done.stdout
+    assert sorted(found) == [ASSIGNMENT, "02_multi_head", "03_gqa_kv_cache"]
+    verdicts = {a: {v.exercise: v for v in grade_notebook(path, a, sandbox=sandbox)} for a, path in found.items()}
+    assert {a: list(v) for a, v in verdicts.items()} == {a: [e.name for e in ASSIGNMENTS[a]] for a in found}
+    assert all("指向提交文件夹以外的链接" in v.message and v.points == 0 for v in verdicts[ASSIGNMENT].values())
+    assert all("不是普通文件" in v.message and v.points == 0 for v in verdicts["02_multi_head"].values())
+    gqa = verdicts["03_gqa_kv_cache"]
+    assert "无法解析" in gqa["repeat_kv"].message, gqa["repeat_kv"].message
+    assert gqa["KVCache"].points == 2 and gqa["kv_cache_bytes"].points == 1  # the other cells still count

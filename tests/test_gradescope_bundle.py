@@ -62,6 +62,7 @@ def bundle(tmp_path_factory):
     shutil.rmtree(site)
 
 
+@pytest.mark.slow  # the bundle's real pip install
 def test_the_zip_has_gradescope_layout_and_valid_scripts(bundle):
     root, _ = bundle
     with zipfile.ZipFile(root / "autograder.zip") as archive:
@@ -76,6 +77,7 @@ def test_the_zip_has_gradescope_layout_and_valid_scripts(bundle):
     assert "-e " not in setup
 
 
+@pytest.mark.slow  # the bundle's real pip install, then its run_autograder
 def test_run_autograder_writes_gradescope_results(bundle):
     root, site = bundle
     solutions = root / "source" / "solutions" / "attention_basics.py"

@@ -71,9 +71,10 @@ def test_no_answer_ships_except_in_a_later_notebooks_provided_cells(handout):
     assert provided_answers(handout, RELEASED)["02_multi_head"] == [A]  # and the command says so
 
 
+@pytest.mark.slow  # a real pip install, then a kernel
 def test_its_pyproject_installs_course_alone_with_the_stand_in(installed):
     assert sorted(p.name for p in installed.iterdir() if not p.name.endswith(".dist-info")) == ["bin", "course"]
-    code = "from course import weights; c = weights.find_checkpoint(); print(c.folder, c.synthetic)"
+    code = "from course import qwen35_weights; c = qwen35_weights.find_checkpoint(); print(c.folder, c.synthetic)"
     done = subprocess.run([sys.executable, "-c", code], cwd=installed.parent, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(installed)})
     folder, synthetic = done.stdout.split()
@@ -82,6 +83,7 @@ def test_its_pyproject_installs_course_alone_with_the_stand_in(installed):
     assert "Requires-Dist: torch" in requires and not re.search(r"Requires-Dist: (pytest|nbgrader|pyseccomp)", requires)
 
 
+@pytest.mark.slow  # a real pip install, then a kernel
 def test_a_notebook_from_it_runs_and_grades(handout, installed, monkeypatch):
     path = handout / "release" / A / f"{A}.ipynb"
     nb = nbformat.read(path, as_version=4)

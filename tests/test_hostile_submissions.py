@@ -6,10 +6,12 @@ and that grading went on. Attacks replace ``attention_scores`` of an otherwise c
 """
 import os
 import socket
+from pathlib import Path
 
 import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
+from autograder.engine.checks import attention_scores as scores_check
 from course.layout import ROOT as REPO
 from autograder.engine.exercise import grade
 from autograder.engine.student_code import Cell
@@ -26,27 +28,6 @@ def cells_with(attack: str) -> list[Cell]:
 
 def graded(attack: str, sandbox=None, timeout_s: float = 10):
     return grade(SCORES, cells_with(attack), sandbox=sandbox, timeout_s=timeout_s)
-
-
-@pytest.fixture(scope="module")
-def sandbox_without(request):
-    """Sandboxes with one wall turned off, to show that the next wall holds on its own."""
-    started = {}
-
-    def make(*walls: str) -> Sandbox:
-        key = ",".join(walls)
-        if key not in started:
-            os.environ["ATTENTION_COURSE_SANDBOX_OFF"] = key
-            try:
-                started[key] = Sandbox()
-                started[key].hello()
-            finally:
-                del os.environ["ATTENTION_COURSE_SANDBOX_OFF"]
-        return started[key]
-
-    yield make
-    for sandbox in started.values():
-        sandbox.stop()
 
 
 # --- reaching the answers -----------------------------------------------------------------------------
@@ -75,7 +56,7 @@ def attention_scores(q, k):
 ''', "PermissionError"),
     "read a check from disk": (f'''
 def attention_scores(q, k):
-    return open({str(REPO / "autograder" / "checks" / "attention_scores.py")!r}).read()
+    return open({scores_check.__file__!r}).read()
 ''', "PermissionError"),
     "read the instructor's notebook": (f'''
 def attention_scores(q, k):
@@ -114,7 +95,7 @@ def test_student_code_cannot_reach_an_answer(attack):
 # --- touching the grader --------------------------------------------------------------------------------
 
 def test_student_code_cannot_write_into_the_course(tmp_path):
-    targets = [REPO / "autograder" / "checks" / "attention_scores.py", REPO / "solutions" / "__pycache__" / "x.pyc",
+    targets = [Path(scores_check.__file__), REPO / "solutions" / "__pycache__" / "x.pyc",
                REPO / "planted.py"]
     attack = f'''
 def attention_scores(q, k):
@@ -147,11 +128,7 @@ def attention_scores(q, k):
     assert not verdict.passed and "PermissionError" in verdict.message, verdict.message
 
 
-@pytest.mark.parametrize("walls_off", [(), ("namespaces",), ("landlock",)], ids=["all walls", "no namespaces",
-                                                                                 "no landlock"])
-def test_student_code_cannot_kill_or_stop_the_grader(walls_off, sandbox_without):
-    sandbox = sandbox_without(*walls_off) if walls_off else None
-    attack = f'''
+KILL = f'''
 import os, signal
 def attention_scores(q, k):
     for pid in ({os.getpid()}, -1, 1, os.getppid()):  # everyone but itself
@@ -162,9 +139,15 @@ def attention_scores(q, k):
                 pass
     return q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
 '''
-    verdict = graded(attack, sandbox)
+
+
+@pytest.mark.parametrize("walls_off", [(), ("namespaces",), ("landlock",)], ids=["all walls", "no namespaces",
+                                                                                 "no landlock"])
+def test_student_code_cannot_kill_or_stop_the_grader(walls_off, sandbox_without):
+    sandbox = sandbox_without(*walls_off) if walls_off else None
+    verdict = graded(KILL, sandbox)
     assert verdict.passed, verdict.message  # it only hurt itself, and its answer is right
-    rest = [grade(e, cells_with(attack), sandbox=sandbox) for e in FIRST[1:4]]
+    rest = [grade(e, cells_with(KILL), sandbox=sandbox) for e in FIRST[1:4]]
     assert all(v.passed for v in rest), [v.message for v in rest]
 
 
@@ -283,8 +266,7 @@ def test_each_run_is_capped(attack):
     assert named in verdict.message, verdict.message
 
 
-def test_forged_results_fail_the_exercise():
-    forge = '''
+FORGE = '''
 import os, torch, io
 def attention_scores(q, k):
     buffer = io.BytesIO()
@@ -296,14 +278,26 @@ def attention_scores(q, k):
             pass
     os._exit(0)
 '''
-    verdict = graded(forge)
+
+
+def test_forged_results_fail_the_exercise():
+    verdict = graded(FORGE)
     assert not verdict.passed
     assert "格式不对" in verdict.message or "类型不对" in verdict.message, verdict.message
 
 
 def test_an_honest_notebook_after_the_attacks_gets_full_marks():
-    """The attacks above ran in this process's shared sandbox: none of them changed how it grades."""
-    verdicts = [grade(e, [Cell("代码单元 #1", notebook_code())]) for e in FIRST]
+    """The attacks on the sandbox itself (its server, its answers, its processes, its caps), one after another
+    on one fresh sandbox: afterwards it grades an honest notebook as before."""
+    caps = ("memory", "output", "CPU time", "exit", "os._exit")
+    sandbox = Sandbox()
+    try:
+        attacked = [graded(source, sandbox, timeout_s=1) for source in
+                    [KILL, FORGE, LEFTOVER.format(name="attn-leftover-2"), *(CAPPED[c][0] for c in caps)]]
+        verdicts = [grade(e, [Cell("代码单元 #1", notebook_code())], sandbox=sandbox) for e in FIRST]
+    finally:
+        sandbox.stop()
+    assert [v.passed for v in attacked] == [True, False, False, *[False] * len(caps)], [v.message for v in attacked]
     assert all(v.passed for v in verdicts), [v.message for v in verdicts]
 
 

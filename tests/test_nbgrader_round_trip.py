@@ -3,9 +3,9 @@ correct and an untouched submission, 01 also a half-done one, one with a named m
 the visible checks only, and a hostile one, graded first, that attacks the gradebook, the other students
 and nbgrader itself. nbgrader's marks must equal `pytest autograder/`'s and `course-grade`'s (the whole
 class at once), exercise by exercise, the hostile student must change nothing but their own marks, and
-the feedback must show no hidden-test code."""
+the feedback must show no hidden-test code. (`pytest autograder/`'s marks are the engine's, graded in this
+process as the plugin grades: the command itself is tested in tests/test_autograder_cli.py.)"""
 import csv
-import json
 import shutil
 import subprocess
 import sys
@@ -14,12 +14,13 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder.engine.assignments import ASSIGNMENTS
-from course.layout import ROOT as REPO
+from autograder.engine.grading import grade_notebook
 from autograder.instructor.classroom.course_grade import main as course_grade
-from autograder.instructor.release import generate
 from tests.notebooks import filled, released, source_solutions, write_submission
 from tests.student_code import MISTAKES_01
 
+# Three channels, each started cold on 18 notebooks (nbgrader twice, course-grade's workers): a minute.
+pytestmark = [pytest.mark.nbgrader, pytest.mark.slow]
 FIRST = "01_attention_basics"
 # Passes the notebook's visible checks (float32 only) but not the hidden ones: float64 comes back float32.
 SNEAKY_ATTENTION = """
@@ -69,31 +70,38 @@ def max_points(assignment):
     return sum(e.points for e in ASSIGNMENTS[assignment])
 
 
-def submissions() -> dict:
-    """(assignment, student) -> (notebook, the total nbgrader and pytest must both give)."""
-    found = {}
-    for assignment in ASSIGNMENTS:
-        found[assignment, "correct"] = filled(source_solutions(assignment), assignment), max_points(assignment)
-        found[assignment, "untouched"] = released(assignment), 0
-    solutions = source_solutions(FIRST)
-    first_three = {e.name: solutions[e.name] for e in ASSIGNMENTS[FIRST][:3]}
-    found[FIRST, "half"] = filled(first_three), sum(e.points for e in ASSIGNMENTS[FIRST][:3])
-    found[FIRST, "sneaky"] = filled({**solutions, "attention": SNEAKY_ATTENTION}), max_points(FIRST) - 3
-    found[FIRST, "mistaken"] = filled({**solutions, "padding_mask": MISTAKE[2]}), max_points(FIRST) - 2
-    found[FIRST, HOSTILE] = hostile, 0  # built in the course folder, whose paths it attacks
-    return found
+# (assignment, student) -> the total nbgrader and pytest must both give; the notebooks are built by ``notebook``.
+EXPECTED = {
+    **{(a, "correct"): max_points(a) for a in ASSIGNMENTS},
+    **{(a, "untouched"): 0 for a in ASSIGNMENTS},
+    (FIRST, "half"): sum(e.points for e in ASSIGNMENTS[FIRST][:3]),
+    (FIRST, "sneaky"): max_points(FIRST) - 3,
+    (FIRST, "mistaken"): max_points(FIRST) - 2,
+    (FIRST, HOSTILE): 0,
+}
+STUDENTS = sorted({s for _, s in EXPECTED})
 
 
-SUBMISSIONS = submissions()
+def notebook(assignment: str, student: str, root):
+    """The notebook ``student`` hands in for ``assignment`` in the course folder ``root``."""
+    solutions = source_solutions(assignment)
+    return {
+        "correct": lambda: filled(solutions, assignment),
+        "untouched": lambda: released(assignment),
+        "half": lambda: filled({e.name: solutions[e.name] for e in ASSIGNMENTS[FIRST][:3]}),
+        "sneaky": lambda: filled({**solutions, "attention": SNEAKY_ATTENTION}),
+        "mistaken": lambda: filled({**solutions, "padding_mask": MISTAKE[2]}),
+        HOSTILE: lambda: hostile(root),  # built in the course folder, whose paths it attacks
+    }[student]()
 
 
 @pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    root = tmp_path_factory.mktemp("course")
-    shutil.copy(REPO / "nbgrader_config.py", root)
-    generate(root)
-    for (assignment, student), (nb, _) in SUBMISSIONS.items():
-        write_submission(root / "submitted" / student, nb(root) if callable(nb) else nb, assignment)
+def course(generated_course, tmp_path_factory):
+    """A copy of the generated course, every submission autograded and given feedback by nbgrader."""
+    root = tmp_path_factory.mktemp("course") / "course"
+    shutil.copytree(generated_course, root)
+    for assignment, student in EXPECTED:
+        write_submission(root / "submitted" / student, notebook(assignment, student, root), assignment)
     for step in (["autograde", "--create"], ["generate_feedback"]):  # every assignment in one nbgrader run
         done = subprocess.run([sys.executable, "-m", "nbgrader", *step, "*", "--force"],
                               cwd=root, capture_output=True, text=True)
@@ -108,18 +116,11 @@ def nbgrader_marks(root, assignment, student) -> dict[str, float]:
 
 
 @pytest.fixture(scope="module")
-def pytest_marks(course, tmp_path_factory) -> dict[tuple[str, str], dict[str, float]]:
-    """(assignment, student) -> exercise -> points from `pytest autograder/`, one run per student."""
-    marks = {}
-    for student in sorted({s for _, s in SUBMISSIONS}):
-        results = tmp_path_factory.mktemp("results") / f"{student}.json"
-        subprocess.run([sys.executable, "-m", "pytest", "autograder/", "-p", "no:cacheprovider",
-                        "--submission", course / "submitted" / student, "--results-json", results],
-                       cwd=REPO, capture_output=True, text=True)
-        for test in json.loads(results.read_text(encoding="utf-8"))["tests"]:
-            assignment, exercise = test["name"].split(" / ")
-            marks.setdefault((assignment, student), {})[exercise] = test["score"]
-    return marks
+def pytest_marks(course, sandbox) -> dict[tuple[str, str], dict[str, float]]:
+    """(assignment, student) -> exercise -> points, as `pytest autograder/` grades the submitted notebook."""
+    return {(assignment, student): {v.exercise: v.points for v in grade_notebook(
+                course / "submitted" / student / assignment / f"{assignment}.ipynb", sandbox=sandbox)}
+            for assignment, student in EXPECTED}
 
 
 @pytest.fixture(scope="module")
@@ -141,19 +142,19 @@ def feedback(root, assignment, student) -> str:
     return (root / "feedback" / student / assignment / f"{assignment}.html").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("assignment, student", SUBMISSIONS, ids=[f"{a}-{s}" for a, s in SUBMISSIONS])
+@pytest.mark.parametrize("assignment, student", EXPECTED, ids=[f"{a}-{s}" for a, s in EXPECTED])
 def test_nbgrader_and_pytest_agree(course, pytest_marks, assignment, student):
     by_nbgrader = nbgrader_marks(course, assignment, student)
-    assert sum(by_nbgrader.values()) == SUBMISSIONS[assignment, student][1]
+    assert sum(by_nbgrader.values()) == EXPECTED[assignment, student]
     assert by_nbgrader == pytest_marks[assignment, student]
 
 
-@pytest.mark.parametrize("assignment, student", SUBMISSIONS, ids=[f"{a}-{s}" for a, s in SUBMISSIONS])
+@pytest.mark.parametrize("assignment, student", EXPECTED, ids=[f"{a}-{s}" for a, s in EXPECTED])
 def test_course_grade_agrees_with_nbgrader(course, course_grade_marks, assignment, student):
     assert course_grade_marks[assignment, student] == nbgrader_marks(course, assignment, student)
 
 
-@pytest.mark.parametrize("assignment, student", SUBMISSIONS, ids=[f"{a}-{s}" for a, s in SUBMISSIONS])
+@pytest.mark.parametrize("assignment, student", EXPECTED, ids=[f"{a}-{s}" for a, s in EXPECTED])
 def test_feedback_shows_no_hidden_tests(course, assignment, student):
     html = feedback(course, assignment, student)
     assert "HIDDEN TESTS" not in html
@@ -166,7 +167,7 @@ def test_a_hostile_student_changes_nothing_outside_their_own_marks(course):
     assert not (course / "planted.py").exists()
     assert not (course / "autograded" / "correct" / FIRST / "torch.py").exists()
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        for student in {s for _, s in SUBMISSIONS}:
+        for student in STUDENTS:
             notebook = gradebook.find_submission_notebook(FIRST, FIRST, student)
             assert all(g.manual_score is None for g in notebook.grades), student
     html = feedback(course, FIRST, HOSTILE)

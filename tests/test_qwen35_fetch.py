@@ -40,6 +40,9 @@ def _embedding_pattern(shape) -> torch.Tensor:
     return table.view(torch.bfloat16)
 
 
+FULL_SIZE = pytest.mark.slow  # the hub serves a checkpoint of the published size: 1.7 GB written per run
+
+
 @pytest.fixture(scope="module")
 def hub_files(tmp_path_factory):
     """The full-size checkpoint: layer 3 random, the embedding table patterned, everything else zeros."""
@@ -165,6 +168,7 @@ def _layer3_keys():
             if key.startswith(LAYER_PREFIX + "self_attn.") or key == LAYER_PREFIX + "input_layernorm.weight"]
 
 
+@FULL_SIZE
 def test_fetches_only_the_needed_bytes_and_they_are_the_real_ones(hub, hub_files, cache):
     before = hub.sent
     folder, traffic = qwen35_fetch.fetch([3], PROMPT_IDS, endpoint=hub.url, progress=False)
@@ -199,6 +203,7 @@ def test_fetches_only_the_needed_bytes_and_they_are_the_real_ones(hub, hub_files
                        _full(hub_files, LAYER_PREFIX + "self_attn.q_proj.weight"))
 
 
+@FULL_SIZE
 def test_only_softmax_attention_layers_can_be_fetched(hub, cache):
     with pytest.raises(qwen35_fetch.FetchError, match=r"layer 2 is not a softmax-attention layer.*\[3, 7, 11"):
         qwen35_fetch.fetch([2], PROMPT_IDS, endpoint=hub.url, progress=False)
@@ -209,6 +214,7 @@ def _cli(*args, env: dict) -> subprocess.CompletedProcess:
                           env={**os.environ, **env}, stdin=subprocess.DEVNULL, timeout=300)
 
 
+@FULL_SIZE
 def test_the_command_follows_hf_endpoint(hub, tmp_path):
     done = _cli("qwen35", "--layers", "3", "--quiet",
                 env={"HF_ENDPOINT": hub.url, "ATTENTION_COURSE_CACHE": str(tmp_path / "cache")})
@@ -218,6 +224,7 @@ def test_the_command_follows_hf_endpoint(hub, tmp_path):
         assert handle.metadata()["endpoint"] == hub.url
 
 
+@FULL_SIZE
 def test_a_server_without_ranges_is_refused_clearly(hub_files, cache, tmp_path):
     server = _serve(hub_files, ranges=False)
     try:

@@ -1,19 +1,44 @@
-"""release/ is generated from source/ by `course-release` and kept in sync; the source notebook is
-well formed and runs top to bottom in a real Jupyter kernel."""
+"""release/ is generated from source/ by `course-release` and kept in sync; nbgrader reads each exercise's
+points from it; the source notebook is well formed and runs top to bottom in a real Jupyter kernel."""
 import json
 import shutil
+import subprocess
 
+import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbgrader.api import Gradebook
 
 from autograder.engine.assignments import ASSIGNMENTS
-from autograder.instructor.release import ReleaseError, build_source_notebook, main, solution_code
+from autograder.instructor.release import ReleaseError, build_source_notebook, differing_files, solution_code
 from autograder.instructor.release import source_file as source_path
-from tests.notebooks import ASSIGNMENT, released_path
+from course.layout import ROOT as REPO
+from tests.notebooks import ASSIGNMENT, IN_THE_BROWSER, released_path
 
 
-def test_release_is_in_sync_with_source(capsys):
-    assert main(["--check"]) == 0, capsys.readouterr().out
+@pytest.mark.nbgrader
+def test_release_is_in_sync_with_source(generated_course):
+    assert differing_files(generated_course) == [], "release/ is out of date with source/: run `course-release`"
+
+
+@pytest.mark.nbgrader
+def test_a_stale_release_is_listed_file_by_file(generated_course, tmp_path):
+    stale = tmp_path / "course"
+    shutil.copytree(generated_course / "release", stale / "release")
+    changed, gone = (stale / "release" / a / f"{a}.ipynb" for a in ("02_multi_head", "04_rope_mla"))
+    changed.write_text(changed.read_text(encoding="utf-8").replace("raise NotImplementedError()", "pass"),
+                       encoding="utf-8")
+    gone.unlink()
+    (stale / "release" / "stray.txt").write_text("", encoding="utf-8")
+    made = {f"release/{p}" for p in ("02_multi_head/02_multi_head.ipynb", "04_rope_mla/04_rope_mla.ipynb", "stray.txt")}
+    # On top of whatever a fresh generation already finds (nothing, when test_release_is_in_sync_with_source passes).
+    assert differing_files(stale) == sorted(made | set(differing_files(generated_course)))
+
+
+@pytest.mark.slow  # nbgrader generates every assignment again, as the command does
+def test_course_release_check_says_so_as_typed():
+    done = subprocess.run(["course-release", "--check"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0 and "release/ is current." in done.stdout, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
@@ -28,14 +53,21 @@ def test_release_hides_solutions_and_hidden_tests(assignment):
     assert all("raise NotImplementedError()" in "".join(c["source"]) for c in stubs)
 
 
+@pytest.mark.nbgrader
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_points_come_from_the_graders(assignment):
-    nb = build_source_notebook(source_path(assignment), assignment)
-    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
-              for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
-    answers = {grade_id: points.pop(grade_id) for grade_id in list(points) if grade_id.startswith("answer_")}
-    assert points == {f"tests_{e.name}": e.points for e in ASSIGNMENTS[assignment]}
-    assert set(answers.values()) <= {0}  # thinking questions carry no points
+def test_nbgrader_gives_each_exercise_the_graders_points(assignment, generated_course):
+    """What nbgrader recorded when it generated the assignment, and what the released notebook carries,
+    are the points the graders give; thinking questions carry none."""
+    expected = {f"tests_{e.name}": e.points for e in ASSIGNMENTS[assignment]}
+    with Gradebook(f"sqlite:///{generated_course / 'gradebook.db'}") as gradebook:
+        recorded = {c.name: c.max_score for c in gradebook.find_notebook(assignment, assignment).grade_cells}
+        total = gradebook.find_assignment(assignment).max_score
+    assert {name: points for name, points in recorded.items() if name.startswith("tests_")} == expected
+    assert {points for name, points in recorded.items() if not name.startswith("tests_")} <= {0}
+    assert total == sum(expected.values())
+    released = nbformat.read(released_path(assignment), as_version=4)
+    assert {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in released.cells
+            if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith("tests_")} == expected
 
 
 def test_a_tag_for_an_unknown_exercise_is_refused(tmp_path):
@@ -87,11 +119,8 @@ def test_provided_cells_only_take_earlier_assignments(tmp_path):
         build_source_notebook(early, "02_multi_head")
 
 
-# tests/test_browser.py runs every solved source notebook in JupyterLab itself, where Chromium is installed
-# (as in CI); this kernel-only run stands in for it elsewhere.
-@pytest.mark.skipif(bool(shutil.which("chromium") or shutil.which("chromium-browser")),
-                    reason="tests/test_browser.py runs these notebooks in a real browser")
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+@pytest.mark.slow  # a kernel each, 5-10 s (07, which generates with the real model: about 100 s)
+@pytest.mark.parametrize("assignment", [a for a in ASSIGNMENTS if a not in IN_THE_BROWSER])
 def test_source_notebook_runs_top_to_bottom(assignment, tmp_path):
     nb = build_source_notebook(source_path(assignment), assignment)
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()

@@ -1,16 +1,13 @@
 """The graders of 07 pass on correct student code (more than one way of writing it), fail on the stubs with the
 one-line message, and name seeded mistakes written independently of their catalogue. They need the real
 model's weights, which the test run fetches once (``tests/conftest.py``); without them, grading says so."""
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS
-from course.layout import ROOT as REPO
 from autograder.engine.exercise import NOT_IMPLEMENTED, grade
+from autograder.engine.grading import grade_notebook
+from autograder.engine.sandbox import landlock
+from autograder.scoreboard import Scoreboard
 from autograder.engine.student_code import Cell
 from course import smollm2
 from tests import student_code as student_01
@@ -60,31 +57,29 @@ def test_every_grader_has_a_seeded_mistake():
         == {e.name for e in EXERCISES}
 
 
-def test_without_the_weights_07_is_the_graders_problem_and_the_rest_grades(tmp_path):
+def test_without_the_weights_07_is_the_graders_problem_and_the_rest_grades(tmp_path, monkeypatch, sandbox):
     """No weights in the cache (and none to fetch): 07's graders say how to get them, marked as the grader's
-    problem (⚠), never as the student's mistake; another assignment in the same run grades as usual."""
+    problem (⚠), never as the student's mistake; another assignment graded alongside grades as usual."""
+    monkeypatch.setenv("ATTENTION_COURSE_CACHE", str(tmp_path / "empty-cache"))  # where the graders look
+    board = Scoreboard()
     for assignment in ("01_attention_basics", "07_real_model"):
-        write_submission(tmp_path / "class", filled(source_solutions(assignment), assignment), assignment)
-    env = {**os.environ, "ATTENTION_COURSE_CACHE": str(tmp_path / "empty-cache")}
-    done = subprocess.run([sys.executable, "-m", "pytest", "autograder/", "-p", "no:cacheprovider", "--submission",
-                           str(tmp_path / "class"), "--results-json", str(tmp_path / "results.json")],
-                          cwd=REPO, capture_output=True, text=True, env=env)
-    assert done.returncode == 1, done.stdout
-    results = {t["name"]: t for t in json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))["tests"]}
-    for exercise in EXERCISES:
-        verdict = results[f"07_real_model / {exercise.name}"]
-        assert verdict["score"] == 0 and "评分环境出了问题" in verdict["output"], verdict
-        assert "course-weights smollm2" in verdict["output"]
-    assert all(t["score"] == t["max_score"] for name, t in results.items() if name.startswith("01_attention_basics"))
-    table = done.stdout[done.stdout.index("评分 Score"):]
+        notebook = write_submission(tmp_path / "class", filled(source_solutions(assignment), assignment), assignment)
+        for verdict in grade_notebook(notebook, sandbox=sandbox):
+            board.add(assignment, verdict)
+    for verdict in board.verdicts["07_real_model"]:
+        assert verdict.points == 0 and verdict.grader_problem and "评分环境出了问题" in verdict.message, verdict
+        assert "course-weights smollm2" in verdict.message
+    assert all(v.passed for v in board.verdicts["01_attention_basics"])
+    table = "\n".join(board.table())
     assert table.count("⚠") == len(EXERCISES) and "Traceback" not in table
 
 
+@pytest.mark.skipif(landlock.abi_version() < 1, reason="needs Landlock: without it the sandbox reads every file")
 def test_the_sandbox_may_read_the_converted_model_and_nothing_else_of_the_cache(smollm2_weights):
     """Graders of 07 load the model where it is, so the sandbox may read that folder; the rest of the course's
-    cache (the GGUF file next to it, the folder above) stays closed. The probe earns the points only when both
+    cache (the folder above it) stays closed. The probe earns the points only when both
     hold (with Landlock; without it, everything is readable and the probe says so by failing)."""
-    granted, closed = smollm2_weights / "config.json", [smollm2.gguf_file(), smollm2.home()]
+    granted, closed = smollm2_weights / "config.json", [smollm2.home()]
     probe = f'''
 def attention_scores(q, k):
     import os

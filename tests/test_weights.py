@@ -269,7 +269,7 @@ def test_load_config_reads_the_chosen_checkpoint(real):
 # --- errors name the file and the key and say what to do -----------------------------------------
 
 def test_a_path_that_is_not_a_checkpoint(tmp_path, monkeypatch):
-    with pytest.raises(CheckpointError, match=r"nowhere \(path argument\) does not exist; download .*huggingface-cli"):
+    with pytest.raises(CheckpointError, match=r"nowhere \(path argument\) does not exist; download .*hf download"):
         find_checkpoint(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match=r"empty \(path argument\) has no config.json.*QWEN35_PATH"):

@@ -1,46 +1,93 @@
-"""The assignments the graders know, and their exercises in notebook order."""
+"""The assignments the graders know: each one's exercises in notebook order, and what its graders need on the
+machine besides the course (``Weights`` fetched once). Tools act on these records: ``course-doctor`` checks
+what is needed, the Gradescope bundle and the project's tests fetch it."""
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.engine.checks import attention, attention_scores, causal_mask, masked_softmax, padding_mask
-from autograder.engine.checks import (grouped_query_attention, kv_cache, kv_cache_bytes, merge_heads,
-                               multi_head_attention, repeat_kv, split_heads)
-from autograder.engine.checks import (apply_rope, forward_absorbed, latent_kv_cache, mla_cache_bytes,
-                               multi_head_latent_attention, rope_cos_sin)
-from autograder.engine.checks import (apply_output_gate, apply_partial_rope, gate_gradient, qwen35_attention,
-                               split_query_gate, zero_centered_rms_norm)
-from autograder.engine.checks import greedy_generate, llama_attention
+from autograder.engine.checks import (
+    apply_output_gate,
+    apply_partial_rope,
+    apply_rope,
+    attention,
+    attention_scores,
+    causal_mask,
+    forward_absorbed,
+    gate_gradient,
+    greedy_generate,
+    grouped_query_attention,
+    kv_cache,
+    kv_cache_bytes,
+    latent_kv_cache,
+    llama_attention,
+    masked_softmax,
+    merge_heads,
+    mla_cache_bytes,
+    multi_head_attention,
+    multi_head_latent_attention,
+    padding_mask,
+    qwen35_attention,
+    repeat_kv,
+    rope_cos_sin,
+    split_heads,
+    split_query_gate,
+    zero_centered_rms_norm,
+)
 from autograder.engine.exercise import Exercise
+from course import smollm2
 
-ASSIGNMENTS: dict[str, tuple[Exercise, ...]] = {
-    "01_attention_basics": (
+
+@dataclass(frozen=True)
+class Weights:
+    """Real weights that graders read from the course's cache folder: ``ready()`` says whether they are in
+    ``folder()``; ``command``, a console script of the course, fetches them (and does nothing when they are)."""
+
+    name: str
+    folder: Callable[[], Path]
+    ready: Callable[[], bool]
+    command: str
+
+
+@dataclass(frozen=True)
+class Assignment:
+    name: str
+    exercises: tuple[Exercise, ...]
+    needs: tuple[Weights, ...] = ()
+
+
+SMOLLM2 = Weights(smollm2.MODEL_NAME, smollm2.model_folder, smollm2.is_ready, smollm2.COMMAND)
+
+RECORDS: dict[str, Assignment] = {a.name: a for a in (
+    Assignment("01_attention_basics", (
         attention_scores.EXERCISE,
         causal_mask.EXERCISE,
         padding_mask.EXERCISE,
         masked_softmax.EXERCISE,
         attention.EXERCISE,
-    ),
-    "02_multi_head": (split_heads.EXERCISE, merge_heads.EXERCISE, multi_head_attention.EXERCISE),
-    "03_gqa_kv_cache": (kv_cache.EXERCISE, repeat_kv.EXERCISE, grouped_query_attention.EXERCISE,
-                        kv_cache_bytes.EXERCISE),
-    "04_rope_mla": (
+    )),
+    Assignment("02_multi_head", (split_heads.EXERCISE, merge_heads.EXERCISE, multi_head_attention.EXERCISE)),
+    Assignment("03_gqa_kv_cache", (kv_cache.EXERCISE, repeat_kv.EXERCISE, grouped_query_attention.EXERCISE,
+                                   kv_cache_bytes.EXERCISE)),
+    Assignment("04_rope_mla", (
         rope_cos_sin.EXERCISE,
         apply_rope.EXERCISE,
         latent_kv_cache.EXERCISE,
         multi_head_latent_attention.EXERCISE,
         forward_absorbed.EXERCISE,
         mla_cache_bytes.EXERCISE,
-    ),
-    "05_output_gate": (split_query_gate.EXERCISE, apply_output_gate.EXERCISE, gate_gradient.EXERCISE),
-    "06_qwen35_attention": (zero_centered_rms_norm.EXERCISE, apply_partial_rope.EXERCISE, qwen35_attention.EXERCISE),
-    "07_real_model": (llama_attention.EXERCISE, greedy_generate.EXERCISE),
-}
+    )),
+    Assignment("05_output_gate", (split_query_gate.EXERCISE, apply_output_gate.EXERCISE, gate_gradient.EXERCISE)),
+    Assignment("06_qwen35_attention", (zero_centered_rms_norm.EXERCISE, apply_partial_rope.EXERCISE,
+                                       qwen35_attention.EXERCISE)),
+    Assignment("07_real_model", (llama_attention.EXERCISE, greedy_generate.EXERCISE), needs=(SMOLLM2,)),
+)}
 
+# Assignment -> its exercises, what most graders and tools look up.
+ASSIGNMENTS: dict[str, tuple[Exercise, ...]] = {name: a.exercises for name, a in RECORDS.items()}
 EXERCISES: dict[str, Exercise] = {e.name: e for exercises in ASSIGNMENTS.values() for e in exercises}
 
 
-def assignment_of(notebook: Path) -> str | None:
-    """The assignment a notebook belongs to, by its folder or its file name (e.g. ``01_...ipynb``)."""
-    for name in ASSIGNMENTS:
-        if notebook.parent.name == name or notebook.stem.startswith(name) or notebook.stem.startswith(name[:3]):
-            return name
-    return None
+def needed_weights(assignments=None) -> list[Weights]:
+    """The weights the graders of ``assignments`` (default: all) read, each once."""
+    found = [w for name in (assignments or RECORDS) for w in RECORDS[name].needs]
+    return list(dict.fromkeys(found))

@@ -13,7 +13,8 @@ from autograder.engine.tolerances import Tolerance
 
 @dataclass(frozen=True)
 class Mismatch:
-    """Why an output is wrong. ``kind`` is one of type, length, shape, dtype, nan, values."""
+    """Why an output is wrong. ``kind`` is one of type, length, shape, dtype, nan, values, free
+    (NaN or inf where any finite value is right)."""
 
     kind: str
     text: str

@@ -3,21 +3,25 @@ reference from ``solutions/`` here in the grader, and when it is wrong, say whic
 matches.
 
 Student code never runs in this process: the sandbox hands back plain data (``harness.run``), which is
-validated before anything looks at it. This is the one definition of each check: ``pytest autograder/``,
-``nbgrader autograde`` and the hidden-test cells of the source notebooks all end here.
+validated (``sandbox.report.from_bytes``) before anything looks at it. This is the one definition of each
+check: ``pytest autograder/``, ``nbgrader autograde`` and the hidden-test cells of the source notebooks all
+end here.
 """
 import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from autograder.engine import limits, tolerances
-from autograder.engine.protocols import PROTOCOLS, Case, call_function
 from autograder.engine.compare import Mismatch, compare
-from autograder.engine.student_code import Cell, StudentCode, missing_definition
+from autograder.engine.protocols import PROTOCOLS, Case, call_function
 from autograder.engine.sandbox.client import Sandbox, SandboxError, shared
 from autograder.engine.sandbox.harness import NOT_IMPLEMENTED
+from autograder.engine.sandbox.report import TOO_BIG, Error, GraderError, Malformed, Outcome, from_bytes
+from autograder.engine.student_code import Cell, StudentCode, missing_definition
 
 _FORGED = "评分进程交回的结果格式不对：代码是不是改动了评分器？"
 _MISMATCH_SUMMARY = {"type": "返回值的类型不对", "length": "返回值的个数不对", "shape": "shape 不对",
@@ -45,7 +49,7 @@ class Mistake:
 
 @dataclass(frozen=True)
 class Exercise:
-    """What a grader needs to know about one exercise of the contract (COURSE_SPEC §3)."""
+    """What a grader needs to know about one exercise of the contract (the names and shapes each notebook states)."""
 
     name: str
     points: int
@@ -114,47 +118,6 @@ def _clean(text: str) -> str:
     return kept[:limits.MESSAGE_CHARS]
 
 
-def _is_info(value) -> bool:
-    return isinstance(value, dict) and set(value) == {"summary", "details"} and all(
-        isinstance(v, str) for v in value.values())
-
-
-def _strings(value) -> bool:
-    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
-
-
-def _valid_outcome(outcome) -> bool:
-    if not isinstance(outcome, (list, tuple)) or not outcome:
-        return False
-    if outcome[0] == "error":
-        return len(outcome) == 2 and _is_info(outcome[1])
-    return (outcome[0] == "ok" and len(outcome) == 3 and isinstance(outcome[2], (list, tuple))
-            and all(isinstance(x, str) for x in outcome[2]))
-
-
-def _valid_report(report) -> bool:
-    """The shape ``harness.run`` gives; anything else was written by something other than the harness."""
-    if not isinstance(report, dict) or not {"defined", "syntax_errors"} <= set(report) <= {
-            "defined", "syntax_errors", "error", "outcomes"}:
-        return False
-    if not (_strings(report["defined"]) and _strings(report["syntax_errors"])):
-        return False
-    if "error" in report and not _is_info(report["error"]):
-        return False
-    outcomes = report.get("outcomes", [])
-    return isinstance(outcomes, (list, tuple)) and all(_valid_outcome(o) for o in outcomes)
-
-
-def _load_report(data: bytes):
-    import io
-
-    try:
-        report = torch.load(io.BytesIO(data), weights_only=True)
-    except Exception:  # noqa: BLE001 - whatever the bytes are, they are not a report
-        return None
-    return report if _valid_report(report) else None
-
-
 def _diagnose(exercise: Exercise, case: Case, got, free) -> Mistake | None:
     """The first known mistake whose output matches ``got`` on ``case``."""
     reference_case = case.in_float64()
@@ -176,9 +139,26 @@ def _diagnose(exercise: Exercise, case: Case, got, free) -> Mistake | None:
     return None
 
 
-def check_output(exercise: Exercise, case: Case, got) -> Mismatch | str | None:
-    """Why ``got`` is not the right output for ``case`` (None when it is)."""
-    want = exercise.graded(exercise.call(exercise.reference, case.in_float64()))
+class References:
+    """The reference's results on each case (in float64), computed in a thread of their own from the moment this
+    is made: while the sandbox runs the student's code in another process, the grader already works out what
+    it should give (torch releases the GIL). ``self[i]`` waits for them; a reference that raises raises there."""
+
+    def __init__(self, exercise: Exercise, cases: list[Case]):
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="reference")
+        self._results = self._pool.submit(lambda: [exercise.call(exercise.reference, c.in_float64()) for c in cases])
+        self._pool.shutdown(wait=False)
+
+    def __getitem__(self, index: int):
+        return self._results.result()[index]
+
+
+def check_output(exercise: Exercise, case: Case, got, expected=None) -> Mismatch | str | None:
+    """Why ``got`` is not the right output for ``case`` (None when it is); ``expected`` is the reference's
+    result on the case, when it is known already."""
+    if expected is None:
+        expected = exercise.call(exercise.reference, case.in_float64())
+    want = exercise.graded(expected)
     free = exercise.free(case) if exercise.free else None
     mismatch = compare(exercise.graded(got), want, case.dtype, exercise.tolerance(case.dtype),
                        names=exercise.output_names, free=free)
@@ -203,11 +183,12 @@ def _same_stage(mine: tuple, theirs: tuple, dtype: torch.dtype, tol) -> bool | N
     return True
 
 
-def _first_wrong_stage(exercise: Exercise, case: Case, got) -> str | None:
-    """The label of the first stage where the student's layer leaves the reference's path."""
+def _first_wrong_stage(exercise: Exercise, case: Case, got, reference) -> str | None:
+    """The label of the first stage where the student's layer leaves the reference's path (``reference``: the
+    reference's ``(output, stages)`` on the case)."""
     if not exercise.stages or not (isinstance(got, (tuple, list)) and len(got) == 2 and isinstance(got[1], dict)):
         return None
-    expected = exercise.call(exercise.reference, case.in_float64())[1]
+    expected = reference[1]
     for key, label in exercise.stages:
         same = _same_stage(tuple(got[1].get(key, ())), expected.get(key, ()), case.dtype,
                            exercise.tolerance(case.dtype))
@@ -218,7 +199,7 @@ def _first_wrong_stage(exercise: Exercise, case: Case, got) -> str | None:
 
 _STOPPED = {
     "timeout": "运行超过 {timeout:g} 秒，被停止了：代码里是不是有死循环，或者在做很大的计算？",
-    "too_big": f"交回的结果太大（超过 {limits.OUTPUT_BYTES // 2**20} MiB），被停止了：返回值里是不是有特别大的张量？",
+    "too_big": TOO_BIG,
 }
 
 
@@ -241,6 +222,7 @@ def grade(exercise: Exercise, cells: list[Cell], sandbox: Sandbox | None = None,
         return Verdict(exercise.name, 0, exercise.points, summary, details, mistake=mistake)
 
     cases = exercise.cases()
+    expected = References(exercise, cases)
     job = {"exercise": exercise.definition, "call": exercise.call.__name__,
            "cells": [(cell.label, cell.source, cell.shown) for cell in cells], "cases": cases}
     try:
@@ -253,33 +235,37 @@ def grade(exercise: Exercise, cells: list[Cell], sandbox: Sandbox | None = None,
         return fail(_STOPPED[answer.kind].format(timeout=timeout_s))
     if answer.kind != "report":
         return fail(_crash_message(answer.detail or {}))
-    report = _load_report(answer.data)
-    if report is None:
+    try:
+        report = from_bytes(answer.data, len(cases))
+    except Malformed:
         return fail(_FORGED)
-    if "error" in report:
-        return fail(_clean(report["error"]["summary"]), _clean(report["error"]["details"]))
-    missing = missing_definition(StudentCode(cells, defined=report["defined"], syntax_errors=report["syntax_errors"]),
+    if report.error is not None:
+        return fail(_clean(report.error.summary), _clean(report.error.details))
+    missing = missing_definition(StudentCode(cells, defined=report.defined, syntax_errors=report.syntax_errors),
                                  exercise.definition)
     if missing:
         return fail(_clean(missing))
-    return _judge(exercise, cases, report.get("outcomes", []), fail)
+    return _judge(exercise, cases, expected, report.outcomes, fail)
 
 
-def _judge(exercise: Exercise, cases: list[Case], outcomes: list, fail) -> Verdict:
+def _judge(exercise: Exercise, cases: list[Case], expected: References, outcomes: tuple[Outcome, ...],
+           fail) -> Verdict:
     """The verdict on the outcomes of the cases, in order: the first wrong one decides."""
-    for case, outcome in zip(cases, outcomes):
-        if outcome[0] == "error":
-            info = outcome[1]
-            if info["summary"] == NOT_IMPLEMENTED:
+    for index, (case, outcome) in enumerate(zip(cases, outcomes)):
+        if isinstance(outcome, GraderError):  # the harness vouches that the grader's own code raised it
+            return grader_problem(exercise, _clean(outcome.what))
+        if isinstance(outcome, Error):
+            info = outcome.info
+            if info.summary == NOT_IMPLEMENTED:
                 return fail(NOT_IMPLEMENTED)
-            lines = [f"用例：{case.label}", _clean(info["details"])]
-            said = info["summary"] + "\n" + info["details"]
+            lines = [f"用例：{case.label}", _clean(info.details)]
+            said = info.summary + "\n" + info.details
             mistake = next((m for m in exercise.mistakes if m.error and re.search(m.error, said)), None)
             if mistake:
                 lines.append(f"看起来是：{mistake.name}。{mistake.hint}")
-            return fail(_clean(info["summary"]), "\n".join(x for x in lines if x), mistake.name if mistake else "")
-        _, got, changed = outcome
-        problem = check_output(exercise, case, got)
+            return fail(_clean(info.summary), "\n".join(x for x in lines if x), mistake.name if mistake else "")
+        got, changed = outcome.output, outcome.changed
+        problem = check_output(exercise, case, got, expected[index])
         if problem is None and changed:
             return fail(f"没有通过：{_MUTATED[0]}", f"用例：{case.label}\n调用之后，{'、'.join(map(_clean, changed))}"
                                                  f"的值变了。\n看起来是：{_MUTATED[0]}。{_MUTATED[1]}", _MUTATED[0])
@@ -287,7 +273,7 @@ def _judge(exercise: Exercise, cases: list[Case], outcomes: list, fail) -> Verdi
             continue
         text, kind = (problem.text, problem.kind) if isinstance(problem, Mismatch) else (problem, "values")
         lines = [f"用例：{case.label}", text]
-        stage = _first_wrong_stage(exercise, case, got)
+        stage = _first_wrong_stage(exercise, case, got, expected[index])
         if stage:
             lines.append(f"第一个和参考不一样的步骤：{stage}。")
         free = exercise.free(case) if exercise.free else None

@@ -8,6 +8,8 @@ A failure of the grader itself (the sandbox cannot start, a check raises) is tha
 import time
 from pathlib import Path
 
+import torch
+
 from autograder.engine import limits
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from autograder.engine.exercise import Verdict, grade, grader_problem
@@ -16,9 +18,6 @@ from autograder.engine.sandbox.client import Sandbox
 from autograder.engine.student_code import Cell
 from autograder.engine.submission import SubmissionError, notebooks
 
-# Below this many seconds left, an exercise is not started: it could not finish, and its message would
-# blame a timeout the student's code did not cause.
-_LEAST_S = 1.0
 OUT_OF_TIME = ("整本 notebook 的评分时间（{cap:g} 秒）已经用完，这一题没有评分："
                "前面的练习是不是有死循环，或者算得特别慢？")
 
@@ -29,10 +28,17 @@ def judge(exercise, cells: "list[Cell] | NotebookError", sandbox: Sandbox | None
     fails it with the notebook's message."""
     if isinstance(cells, NotebookError):
         return Verdict(exercise.name, 0, exercise.points, str(cells))
+    # The grader's own torch work (references, known mistakes) on one thread, as in the sandbox: it is small or
+    # memory-bound (07 decodes token by token), and threads that wait on each other on a busy machine made
+    # it 5-15x slower (measured on two shared cores).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     try:
         return grade(exercise, cells, sandbox, timeout_s=timeout_s)
     except Exception as e:  # noqa: BLE001 - a grader failure is this exercise's zero, never a lost verdict
         return grader_problem(exercise, f"{type(e).__name__}: {e}")
+    finally:
+        torch.set_num_threads(threads)
 
 
 def notebook_cells(data: bytes | None, problem: str, name: str) -> list[Cell] | NotebookError:
@@ -53,7 +59,7 @@ def grade_cells(assignment: str, cells: list[Cell] | NotebookError, sandbox: San
     verdicts = []
     for exercise in ASSIGNMENTS[assignment]:
         left = limits.EXERCISE_TIMEOUT_S if deadline is None else deadline - time.monotonic()
-        if not isinstance(cells, NotebookError) and left < _LEAST_S:
+        if not isinstance(cells, NotebookError) and left < limits.LEAST_EXERCISE_S:
             verdicts.append(Verdict(exercise.name, 0, exercise.points, OUT_OF_TIME.format(cap=cap_s)))
         else:
             verdicts.append(judge(exercise, cells, sandbox, min(limits.EXERCISE_TIMEOUT_S, left)))

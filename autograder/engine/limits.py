@@ -1,5 +1,6 @@
 """What one run of student code may use before it is stopped, and how much of a submission the grader
-reads. Every cap lives here."""
+reads, and how long the grader waits for the sandbox. (Truncations of a message to a line are made where
+the message is written.)"""
 
 # Seconds of wall-clock time for all cases of one exercise (the cases themselves take milliseconds);
 # CPU time is capped one second above it.
@@ -33,3 +34,14 @@ MESSAGE_CHARS = 2000
 # up when it is told to stop before it is killed.
 STARTUP_TIMEOUT_S = 120.0
 STOP_GRACE_S = 2.0
+# Seconds past an exercise's timeout that the grader waits for the fork server's answer (it kills a child
+# at the timeout, so only a stuck fork server needs this).
+ANSWER_GRACE_S = 30.0
+# Seconds past the cap per notebook before a silent class-grading worker counts as stuck and is replaced.
+WORKER_STUCK_AFTER_S = 60.0
+# Below this many seconds left of a notebook's cap, an exercise is not started: it could not finish, and its
+# message would blame a timeout the student's code did not cause.
+LEAST_EXERCISE_S = 1.0
+# The largest message header between grader and fork server, and the largest job the fork server reads.
+HEADER_BYTES = 1 << 20
+JOB_BYTES = 1 << 34

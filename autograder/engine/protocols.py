@@ -4,13 +4,17 @@ code; in the grader they call the reference and the known mistakes.
 
 This module runs inside the sandbox, so it imports torch and, to build a real model around a student's
 attention, the course's model code (``course.llama``, which the sandbox may read): no reference, no check.
-Errors raised here reach the student, so they say in Chinese what the code should look like.
+Errors raised here reach the student, so they say in Chinese what the code should look like; a
+``GraderProblem`` raised here (the model's files cannot be read) is the grading environment's, and reaches the
+teacher as such (``harness`` vouches that this module raised it).
 """
 import functools
 from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
+
+from autograder.engine.sandbox.walls import GraderProblem
 
 
 def map_tensors(value, fn):
@@ -223,8 +227,7 @@ def _real_model(folder: str, attention) -> nn.Module:
     try:
         return llama.load_model(folder, attention)
     except OSError as e:
-        raise RuntimeError(f"读不到 {folder} 里的模型权重（{type(e).__name__}）：这是评分环境的问题，不是你的代码的问题，"
-                           "请告诉老师或助教。") from None
+        raise GraderProblem(f"读不到 {folder} 里的模型权重（{type(e).__name__}: {e}）") from None
 
 
 def call_cache(cls, case: Case) -> tuple:

@@ -28,7 +28,7 @@ CHECKS = "autograder.engine.checks"
 _HASHED_BYTES = 64 * 2**20
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def module_file(name: str) -> Path | None:
     """The source file of module ``name`` (None when it is not one of ``PACKAGES``' modules)."""
     if name.partition(".")[0] not in PACKAGES:
@@ -40,7 +40,7 @@ def module_file(name: str) -> Path | None:
     return Path(spec.origin) if spec and spec.origin and spec.origin.endswith(".py") else None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def imports_of(name: str) -> frozenset[str]:
     """The modules of ``PACKAGES`` that module ``name`` imports anywhere in its source (in functions too)."""
     file = module_file(name)
@@ -96,29 +96,33 @@ def verdict_modules(assignment: str) -> list[str]:
     return sorted(closure(CORE, _listing_only) | closure(checks, _listing_only))
 
 
-def _weights(digest) -> None:
-    """The layer-3 checkpoint the 06 cases read (the stand-in by its bytes, a real one by size and time) and
-    which conversion of SmolLM2 the 07 cases read (its stamp names the pinned file it came from)."""
-    from course import qwen35_weights, smollm2
+def _weights(digest, assignment: str, modules: list[str]) -> None:
+    """The weights the assignment's cases read: the Qwen3.5 checkpoint where its checks load one (the stand-in
+    by its bytes, a real one by size and time), and whether each of the real models it needs is there (a
+    conversion is of the pinned file, whose checksum its module holds, or it is not there at all)."""
+    from autograder.engine.assignments import RECORDS
+    from course import qwen35_weights
 
-    try:
-        folder = qwen35_weights.find_checkpoint().folder
-        for file in sorted(p for p in folder.iterdir() if p.is_file()):
-            size = file.stat().st_size
-            digest.update(file.name.encode() + (file.read_bytes() if size <= _HASHED_BYTES else
-                                                f"{size} {file.stat().st_mtime_ns}".encode()))
-    except qwen35_weights.CheckpointError as e:
-        digest.update(str(e).encode())
-    stamp = smollm2.model_folder() / smollm2.STAMP
-    digest.update(b"smollm2:" + (stamp.read_bytes() if stamp.is_file() else b"absent"))
+    if "course.qwen35_weights" in modules:
+        try:
+            folder = qwen35_weights.find_checkpoint().folder
+            for file in sorted(p for p in folder.iterdir() if p.is_file()):
+                size = file.stat().st_size
+                digest.update(file.name.encode() + (file.read_bytes() if size <= _HASHED_BYTES else
+                                                    f"{size} {file.stat().st_mtime_ns}".encode()))
+        except qwen35_weights.CheckpointError as e:
+            digest.update(str(e).encode())
+    for weights in RECORDS[assignment].needs:
+        digest.update(f"{weights.name}: {'ready' if weights.ready() else 'absent'}".encode())
 
 
 def fingerprint(assignment: str) -> str:
     """A hash of everything besides a notebook that decides ``assignment``'s verdicts (see the module's
     docstring)."""
     digest = hashlib.sha256(f"torch {torch.__version__}; {assignment}".encode())
-    for name in verdict_modules(assignment):
+    modules = verdict_modules(assignment)
+    for name in modules:
         data = module_file(name).read_bytes()
         digest.update(f"{name} {len(data)}\n".encode() + data)
-    _weights(digest)
+    _weights(digest, assignment, modules)
     return digest.hexdigest()

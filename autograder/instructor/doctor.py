@@ -1,32 +1,40 @@
 """``course-doctor``: check this machine for the course and say what to fix.
 
-Each check prints one line — ✓ fine, ! works but could be better, ✗ needs fixing — and, when something is
-off, the command that fixes it. The exit code is 1 only when grading cannot work at all.
+Each check gives a ``Finding``, printed as a line — ✓ fine, ! works but could be better, ✗ needs fixing —
+with, when something is off, the command that fixes it. The exit code is 1 only when grading cannot work at all.
 """
 import importlib.util
 import platform
 import shutil
 import subprocess
 import sys
+from typing import NamedTuple
 
 OK, WARN, BAD = "✓", "!", "✗"
-_CPU_TORCH = 'python -m pip install "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu'
+_CPU_INDEX = "--index-url https://download.pytorch.org/whl/cpu"
 
 
-def _line(mark: str, what: str, fix: str = "") -> tuple[str, str]:
-    return mark, f"{mark} {what}" + (f"\n    → {fix}" if fix else "")
+class Finding(NamedTuple):
+    mark: str
+    what: str
+    fix: str = ""  # what to run or do, when something is off
+
+    def __str__(self) -> str:
+        return f"{self.mark} {self.what}" + (f"\n    → {self.fix}" if self.fix else "")
 
 
 def check_torch():
     if importlib.util.find_spec("torch") is None:
-        return _line(BAD, "torch 没有安装", f"在没有 GPU 的机器上：{_CPU_TORCH}")
+        return Finding(BAD, "torch 没有安装", f"在没有 GPU 的机器上：python -m pip install torch {_CPU_INDEX}")
     import torch
 
     build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU"
     if torch.version.cuda and not torch.cuda.is_available():
-        return _line(WARN, f"torch {torch.__version__}（{build} 版）装在了没有可用 GPU 的机器上：能用，但多占了几个 GB",
-                     f"换成 CPU 版：{_CPU_TORCH}")
-    return _line(OK, f"torch {torch.__version__}（{build} 版）")
+        # The same version's CPU build, named with its +cpu label: pip counts 2.5.1+cu124 as "torch==2.5.1".
+        cpu = torch.__version__.split("+")[0] + "+cpu"
+        return Finding(WARN, f"torch {torch.__version__}（{build} 版）装在了没有可用 GPU 的机器上：能用，"
+                             "但多占了几个 GB", f'换成 CPU 版：python -m pip install "torch=={cpu}" {_CPU_INDEX}')
+    return Finding(OK, f"torch {torch.__version__}（{build} 版）")
 
 
 def check_sandbox():
@@ -38,15 +46,15 @@ def check_sandbox():
     try:
         hello = sandbox.hello()
     except SandboxError as e:
-        return _line(BAD, f"评分沙箱启动不了：{e}", "把这行信息告诉老师或助教")
+        return Finding(BAD, f"评分沙箱启动不了：{e}", "把这行信息告诉老师或助教")
     finally:
         sandbox.stop()
     kernel = f"{platform.system()} {platform.release()}"
     missing = describe_missing(hello["missing"])
     if missing:
-        return _line(WARN, f"评分沙箱（{kernel}）缺少 {len(missing)} 道防护，评分照常：\n      " + "\n      ".join(missing),
-                     "在 Linux 6.12 或更新的内核上，评分的隔离最完整")
-    return _line(OK, f"评分沙箱：{kernel}，所有防护都在（{', '.join(hello['up'])}）")
+        return Finding(WARN, f"评分沙箱（{kernel}）缺少 {len(missing)} 道防护，评分照常：\n      " + "\n      ".join(missing),
+                       "在 Linux 6.12 或更新的内核上，评分的隔离最完整")
+    return Finding(OK, f"评分沙箱：{kernel}，所有防护都在（{', '.join(hello['up'])}）")
 
 
 def check_plot_font():
@@ -54,37 +62,37 @@ def check_plot_font():
 
     family = plotting._find_cjk_family()
     if family is None:
-        return _line(BAD, "matplotlib 找不到中文字体：图里的中文会是方框", "python -m pip install mplfonts")
-    return _line(OK, f"matplotlib 的中文字体：{family}")
+        return Finding(BAD, "matplotlib 找不到中文字体：图里的中文会是方框", "python -m pip install mplfonts")
+    return Finding(OK, f"matplotlib 的中文字体：{family}")
 
 
 def check_browser_font():
     """JupyterLab's Markdown and code are drawn by the browser with the system's fonts."""
     if sys.platform in ("darwin", "win32"):
-        return _line(OK, "浏览器的中文字体：macOS 和 Windows 自带")
+        return Finding(OK, "浏览器的中文字体：macOS 和 Windows 自带")
     if shutil.which("fc-list") is None:
-        return _line(WARN, "查不到系统字体（没有 fc-list）", "Debian/Ubuntu：sudo apt-get install fontconfig fonts-noto-cjk")
+        return Finding(WARN, "查不到系统字体（没有 fc-list）", "Debian/Ubuntu：sudo apt-get install fontconfig fonts-noto-cjk")
     families = subprocess.run(["fc-list", ":lang=zh", "family"], capture_output=True, text=True).stdout.split("\n")
     families = sorted({f.split(",")[0].strip() for f in families if f.strip()})
     if not families:
-        return _line(BAD, "系统里没有中文字体：JupyterLab 里的中文说明和报错会显示成方框",
-                     "Debian/Ubuntu：sudo apt-get install fonts-noto-cjk；Fedora：sudo dnf install google-noto-sans-cjk-fonts；"
-                     "装好后刷新浏览器")
-    return _line(OK, f"浏览器的中文字体：{families[0]}" + (f" 等 {len(families)} 种" if len(families) > 1 else ""))
+        return Finding(BAD, "系统里没有中文字体：JupyterLab 里的中文说明和报错会显示成方框",
+                       "Debian/Ubuntu：sudo apt-get install fonts-noto-cjk；Fedora：sudo dnf install google-noto-sans-cjk-fonts；"
+                       "装好后刷新浏览器")
+    return Finding(OK, f"浏览器的中文字体：{families[0]}" + (f" 等 {len(families)} 种" if len(families) > 1 else ""))
 
 
 def check_nbgrader():
     """Students do not need nbgrader; with it installed, JupyterLab shows instructor menus."""
     if importlib.util.find_spec("nbgrader") is None:
-        return _line(OK, "没有装 nbgrader：JupyterLab 里不会出现老师用的菜单（学生不需要它）")
+        return Finding(OK, "没有装 nbgrader：JupyterLab 里不会出现老师用的菜单（学生不需要它）")
     jupyter = shutil.which("jupyter")
     listing = subprocess.run([jupyter, "labextension", "list"], capture_output=True, text=True) if jupyter else None
     text = (listing.stdout + listing.stderr) if listing else ""
     enabled = any("nbgrader" in line and "enabled" in line for line in text.splitlines())
     if enabled:
-        return _line(WARN, "nbgrader 的 JupyterLab 扩展开着：会出现 Formgrader、Create Assignment 这些老师用的菜单",
-                     "学生不需要它：python -m pip uninstall nbgrader，或 jupyter labextension disable @jupyter/nbgrader")
-    return _line(OK, "nbgrader 装了，但它的 JupyterLab 扩展是关着的")
+        return Finding(WARN, "nbgrader 的 JupyterLab 扩展开着：会出现 Formgrader、Create Assignment 这些老师用的菜单",
+                       "学生不需要它：python -m pip uninstall nbgrader，或 jupyter labextension disable @jupyter/nbgrader")
+    return Finding(OK, "nbgrader 装了，但它的 JupyterLab 扩展是关着的")
 
 
 def check_weights():
@@ -93,25 +101,30 @@ def check_weights():
     try:
         found = qwen35_weights.find_checkpoint()
     except qwen35_weights.CheckpointError as e:
-        return _line(BAD, f"找不到 Qwen3.5 的权重：{e}")
+        return Finding(BAD, f"找不到 Qwen3.5 的权重：{e}")
     mark = WARN if found.synthetic else OK
     fix = (f"要用真模型：course-weights qwen35 --layers 3（只取课程读的约 14 MB），或设 {qwen35_weights.ENV_VAR} 指向它的文件夹，"
-           f"或 huggingface-cli download {qwen35_weights.REPO_ID}" if found.synthetic else "")
-    return _line(mark, f"Qwen3.5 第 3 层的权重（{found.origin}）：{found.describe()}", fix)
+           f"或 hf download {qwen35_weights.REPO_ID}" if found.synthetic else "")  # hf: huggingface_hub's CLI from 1.0
+    return Finding(mark, f"Qwen3.5 第 3 层的权重（{found.origin}）：{found.describe()}", fix)
 
 
-def check_real_model():
-    """Assignment 07 runs the student's attention inside SmolLM2-135M-Instruct, fetched once."""
-    from course import smollm2
+def check_real_models():
+    """The real weights that assignments' graders read (07's SmolLM2-135M-Instruct), fetched once."""
+    from autograder.engine.assignments import RECORDS  # imports torch: here, so that check_torch can say it is missing
 
-    if smollm2.is_ready():
-        return _line(OK, f"作业 07 的真实模型 {smollm2.MODEL_NAME}：{smollm2.model_folder()}")
-    return _line(WARN, f"作业 07 的真实模型 {smollm2.MODEL_NAME} 还不在 {smollm2.model_folder()}",
-                 "course-weights smollm2（下载约 93 MB，只需一次；07 的 notebook 第一次运行时也会自己下载）")
+    needed: dict = {}  # weights -> the assignments that need them
+    for assignment in RECORDS.values():
+        for weights in assignment.needs:
+            needed.setdefault(weights, []).append(assignment.name)
+    missing = [w for w in needed if not w.ready()]
+    if missing:
+        return Finding(WARN, "；".join(f"作业 {'、'.join(needed[w])} 的真实模型 {w.name} 还不在 {w.folder()}"
+                                      for w in missing), "；".join(w.command for w in missing) + "（只需运行一次）")
+    return Finding(OK, "；".join(f"作业 {'、'.join(needed[w])} 的真实模型 {w.name}：{w.folder()}" for w in needed))
 
 
 CHECKS = (check_torch, check_sandbox, check_plot_font, check_browser_font, check_nbgrader, check_weights,
-          check_real_model)
+          check_real_models)
 GRADING = (check_torch, check_sandbox)  # without these, nothing can be graded
 
 
@@ -120,11 +133,11 @@ def main(argv=None) -> int:
     broken = False
     for check in CHECKS:
         try:
-            mark, text = check()
+            finding = check()
         except Exception as e:  # noqa: BLE001 - a broken check is reported, and the others still run
-            mark, text = _line(BAD, f"{check.__name__}：检查时出错 {type(e).__name__}: {e}")
-        print(text)
-        broken = broken or (mark == BAD and check in GRADING)
+            finding = Finding(BAD, f"{check.__name__}：检查时出错 {type(e).__name__}: {e}")
+        print(finding)
+        broken = broken or (finding.mark == BAD and check in GRADING)
     return 1 if broken else 0
 
 

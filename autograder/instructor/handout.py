@@ -1,7 +1,8 @@
 """``course-handout OUT``: what a class hands out — the released notebooks, the ``course`` helpers and
 ``data/`` — with a ``pyproject.toml`` that installs ``course`` alone and what students need to run the
-notebooks, and a README for students. Nothing of ``solutions/``, ``autograder/`` (the graders and their
-hidden checks) or ``source/`` goes in.
+notebooks (``handout-pyproject.toml`` beside this module, which reads them from ``course/requirements.txt``),
+and a README for students. Nothing of ``solutions/``, ``autograder/`` (the graders and their hidden checks)
+or ``source/`` goes in.
 
 A later notebook builds on the answers of earlier assignments (its read-only "provided" cells, see
 ``autograder/instructor/release.py``). Handing out several assignments at once hands out those answers too, so the
@@ -19,8 +20,7 @@ from autograder.engine.assignments import ASSIGNMENTS
 from course import layout
 from course.layout import ROOT as REPO
 
-# Project dependencies that only grading needs: a handout has no grader.
-GRADER_ONLY = ("pytest", "pyseccomp")
+PYPROJECT = Path(__file__).with_name("handout-pyproject.toml")
 
 README = """# 注意力，亲手算（Attention, by hand）— 学生版
 
@@ -61,47 +61,6 @@ jupyter lab release/01_attention_basics/01_attention_basics.ipynb
 """
 
 
-def _config(repo: Path) -> dict:
-    """The course's pyproject.toml, parsed."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        raise SystemExit("course-handout reads pyproject.toml with tomllib: run it with Python 3.11 or newer") from None
-    return tomllib.loads((repo / "pyproject.toml").read_text(encoding="utf-8"))
-
-
-def student_dependencies(repo: Path = REPO) -> list[str]:
-    """The course's dependencies (pyproject.toml) without those only grading needs."""
-    name = re.compile(r"^\s*([A-Za-z0-9._-]+)")
-    return [d for d in _config(repo)["project"]["dependencies"] if name.match(d)[1].lower() not in GRADER_ONLY]
-
-
-def _pyproject(repo: Path) -> str:
-    """The handout's pyproject.toml: ``course`` (with the layer-3 stand-in, as in the course's own) and the
-    students' dependencies; the console scripts that live in ``course``."""
-    config = _config(repo)
-    project = config["project"]
-    scripts = {k: v for k, v in project.get("scripts", {}).items() if v.startswith("course.")}
-    setuptools = config["tool"]["setuptools"]
-
-    def toml(value) -> str:  # JSON strings and lists of strings are valid TOML
-        return json.dumps(value, ensure_ascii=False)
-
-    lines = ['[build-system]', 'requires = ["setuptools>=68"]', 'build-backend = "setuptools.build_meta"', '',
-             '[project]', f'name = {toml(project["name"] + "-student")}', f'version = {toml(project["version"])}',
-             f'description = {toml("Student handout: " + project["description"])}',
-             'readme = "README.md"', f'requires-python = {toml(project["requires-python"])}',
-             f'dependencies = {toml(student_dependencies(repo))}', '']
-    if scripts:
-        lines += ['[project.scripts]', *(f'{toml(k)} = {toml(v)}' for k, v in scripts.items()), '']
-    lines += ['[tool.setuptools.packages.find]', 'include = ["course*"]', '',
-              '[tool.setuptools.package-dir]', *(f'{toml(k)} = {toml(v)}' for k, v in setuptools["package-dir"].items()
-                                                 if k.startswith("course")), '',
-              '[tool.setuptools.package-data]', *(f'{toml(k)} = {toml(v)}' for k, v in
-                                                  setuptools["package-data"].items() if k.startswith("course"))]
-    return "\n".join(lines) + "\n"
-
-
 def _copy_tree(source: Path, target: Path) -> None:
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints"))
 
@@ -130,7 +89,7 @@ def build(out: Path, assignments: list[str], repo: Path = REPO) -> dict[str, lis
     _copy_tree(repo / "data", out / "data")
     for assignment in assignments:
         _copy_tree(repo / layout.RELEASE / assignment, out / layout.RELEASE / assignment)
-    (out / "pyproject.toml").write_text(_pyproject(repo), encoding="utf-8")
+    shutil.copy(PYPROJECT, out / "pyproject.toml")
     (out / "README.md").write_text(README.format(torch=torch.__version__.split("+")[0],
                                                  assignments="、".join(assignments)), encoding="utf-8")
     return provided_answers(out, assignments)

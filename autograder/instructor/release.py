@@ -145,18 +145,23 @@ def generate(root: Path) -> None:
         raise ReleaseError(f"nbgrader generate_assignment failed:\n{done.stdout}{done.stderr}")
 
 
+def differing_files(root: Path) -> list[str]:
+    """Files of ``release/`` that differ from ``root``'s, a course folder ``generate`` has run in."""
+    fresh, committed = root / layout.RELEASE, REPO / layout.RELEASE
+    files = {p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file()}
+    files |= {p.relative_to(committed) for p in committed.rglob("*") if p.is_file()}
+    return [str(Path(layout.RELEASE) / f) for f in sorted(files)
+            if not ((fresh / f).is_file() and (committed / f).is_file()
+                    and filecmp.cmp(fresh / f, committed / f, shallow=False))]
+
+
 def stale_files() -> list[str]:
     """Files of ``release/`` that differ from a fresh generation (empty when it is current)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         shutil.copy(REPO / "nbgrader_config.py", root)
         generate(root)
-        fresh, committed = root / layout.RELEASE, REPO / layout.RELEASE
-        files = {p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file()}
-        files |= {p.relative_to(committed) for p in committed.rglob("*") if p.is_file()}
-        return [str(Path(layout.RELEASE) / f) for f in sorted(files)
-                if not ((fresh / f).is_file() and (committed / f).is_file()
-                        and filecmp.cmp(fresh / f, committed / f, shallow=False))]
+        return differing_files(root)
 
 
 def main(argv=None) -> int:

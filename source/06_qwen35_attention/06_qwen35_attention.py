@@ -35,7 +35,7 @@
 # > **不代表**训练好的模型；代码路径、形状和参数量则与真模型完全相同。
 # >
 # > 加载代码是真的。`course.qwen35_weights` 按这个顺序找权重：① 加载函数的 `path` 参数；② 环境变量 `QWEN35_PATH`
-# > 指向的文件夹；③ Hugging Face 缓存（`huggingface-cli download Qwen/Qwen3.5-0.8B` 下载到的地方）；
+# > 指向的文件夹；③ Hugging Face 缓存（`hf download Qwen/Qwen3.5-0.8B` 下载到的地方）；
 # > 都没有时才用替身。每次加载都会打印一行，说明用的是哪一份。手头有真模型的话，设好 `QWEN35_PATH`
 # > 或下载到缓存里，重新运行这个 notebook 即可，不用改任何代码。
 #

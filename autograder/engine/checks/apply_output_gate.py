@@ -1,9 +1,9 @@
 """Check of ``apply_output_gate(attn_out, gate)`` = ``attn_out * sigmoid(gate)``, elementwise."""
 import torch
 
+from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn
 from autograder.engine.protocols import Case
-from autograder.engine.exercise import Exercise, Mistake
 from solutions.output_gate import apply_output_gate
 
 # The 书 / 她 toy of the notebook: two heads (pronoun, grammar) with two dims each.

@@ -3,9 +3,9 @@ import math
 
 import torch
 
+from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape, three_tokens
 from autograder.engine.protocols import Case
-from autograder.engine.exercise import Exercise, Mistake
 from solutions.attention_basics import attention_scores
 
 

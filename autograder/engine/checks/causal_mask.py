@@ -1,8 +1,8 @@
 """Check of ``causal_mask(q_len, k_len=None)``: bool ``[Tq, Tk]``, query i at position ``k_len - q_len + i``."""
 import torch
 
-from autograder.engine.protocols import Case
 from autograder.engine.exercise import Exercise, Mistake
+from autograder.engine.protocols import Case
 from solutions.attention_basics import causal_mask
 
 

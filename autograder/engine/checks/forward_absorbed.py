@@ -1,10 +1,10 @@
 """Check of ``MultiHeadLatentAttention.forward_absorbed``: the same cases and outputs as ``forward``, computed in
 latent space (``kv_b_proj``'s key part folded into the query, its value part applied after the weighted sum
 of latents)."""
-from autograder.engine.protocols import call_absorbed_decoder
-from autograder.engine.inputs import modules
 from autograder.engine.checks.multi_head_latent_attention import OUTPUT_NAMES, SHARED, _variant, cases
 from autograder.engine.exercise import Exercise, Mistake
+from autograder.engine.inputs import modules
+from autograder.engine.protocols import call_absorbed_decoder
 from solutions.attention_basics import masked_softmax
 from solutions.rope_mla import MultiHeadLatentAttention
 

@@ -4,12 +4,13 @@
 (the prompt, then the new tokens through the caches), not the whole sequence again for every token."""
 import torch
 
-from autograder.engine.protocols import Case, call_generate
-from autograder.engine.inputs import smollm2
 from autograder.engine.exercise import Exercise, Mistake
+from autograder.engine.inputs import smollm2
+from autograder.engine.protocols import Case, call_generate
 from course.smollm2 import chat_prompt
+
 # The loops below run in a model built with the LlamaAttention found among this module's names, and
-# decode with its KVCache (calls.call_generate).
+# decode with its KVCache (protocols.call_generate).
 from solutions.gqa_kv_cache import KVCache
 from solutions.real_model import LlamaAttention, greedy_generate  # noqa: F401
 

@@ -6,12 +6,13 @@ from types import SimpleNamespace
 
 import torch
 
-from autograder.engine.protocols import Case, call_latent_decoder
+from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
-from autograder.engine.exercise import Exercise, Mistake
+from autograder.engine.protocols import Case, call_latent_decoder
 from solutions.attention_basics import masked_softmax
-# The mistakes below decode with the LatentKVCache found among this module's names (calls._cache_class).
+
+# The mistakes below decode with the LatentKVCache found among this module's names (protocols._cache_class).
 from solutions.rope_mla import LatentKVCache, MultiHeadLatentAttention, apply_rope, rope_cos_sin  # noqa: F401
 
 OUTPUT_NAMES = ("输出（各步的 out 沿序列维拼起来）", "解码完之后的 len(cache)",

@@ -4,10 +4,10 @@ from types import SimpleNamespace
 
 import torch
 
-from autograder.engine.protocols import LAYER_STAGES, Case, call_layer
-from autograder.engine.inputs.seeded import dtype_name, generator, randn
-from autograder.engine.inputs.modules import linear_weights, padding_query_rows
 from autograder.engine.exercise import Exercise, Mistake
+from autograder.engine.inputs.modules import linear_weights, padding_query_rows
+from autograder.engine.inputs.seeded import dtype_name, generator, randn
+from autograder.engine.protocols import LAYER_STAGES, Case, call_layer
 from course import qwen35_weights as checkpoint
 from course.qwen35 import PROMPT, PROMPT_IDS
 from solutions.qwen35_attention import Qwen35Attention, ZeroCenteredRMSNorm, apply_partial_rope, rope_cos_sin

@@ -2,9 +2,9 @@
 h // n_rep."""
 import torch
 
+from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
 from autograder.engine.protocols import Case
-from autograder.engine.exercise import Exercise, Mistake
 from solutions.gqa_kv_cache import repeat_kv
 
 

@@ -16,14 +16,14 @@ def padding_query_rows(attention_mask: torch.Tensor | None) -> torch.Tensor | No
     """``[B, T, 1]``, True on the output rows of padding queries (``attention_mask`` 0), or None without a mask.
 
     Hugging Face, SDPA and the course's reference each fill those rows differently, and nothing reads
-    them: any finite value is right there (COURSE_SPEC §4).
+    them: any finite value is right there (the README says so to students).
     """
     return None if attention_mask is None else (attention_mask == 0)[..., None]
 
 
 def forward_arguments(attention_mask: torch.Tensor | None, steps) -> tuple[dict, str]:
     """The keyword arguments of a decoder case (``attention_mask``; ``steps``, the chunk sizes to decode
-    through a cache, for ``calls.call_decoder``), and how the case's label says them."""
+    through a cache, for ``protocols.call_decoder``), and how the case's label says them."""
     kwargs, label = {}, ""
     if attention_mask is not None:
         kwargs["attention_mask"] = attention_mask

@@ -86,7 +86,7 @@ class Sandbox:
             protocol.write_message(self._process.stdin.fileno(), {"job": self._jobs}, payload)
         except OSError as e:
             raise SandboxError(f"the sandbox stopped taking jobs ({e})") from None
-        header, data = self._read(timeout_s + 30, "running a job")
+        header, data = self._read(timeout_s + limits.ANSWER_GRACE_S, "running a job")
         if header.get("job") != self._jobs:
             raise SandboxError("the sandbox answered out of turn")
         if header.get("last"):  # a server without fork takes one job: the next job starts a new one
@@ -100,7 +100,7 @@ class Sandbox:
             self.stop()
             raise SandboxError(f"the sandbox did not answer within {timeout_s:g} s while {doing}")
         try:
-            return protocol.read_message(fd, max_payload=limits.OUTPUT_BYTES + (1 << 20))
+            return protocol.read_message(fd, max_payload=limits.OUTPUT_BYTES + limits.HEADER_BYTES)
         except (EOFError, ValueError, OSError) as e:
             raise SandboxError(f"the sandbox ended while {doing} ({e}){self._stderr_tail()}") from None
 

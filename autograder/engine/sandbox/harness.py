@@ -1,20 +1,21 @@
 """What runs inside the sandbox, behind the walls: compile the student's definitions, call them on each
-case with the exercise's call protocol, and hand back plain data (tensors, numbers, strings, lists and
-dicts) for the grader to compare. Nothing here knows an expected output.
+case with the exercise's call protocol, and hand back a ``report.Report`` of plain data (tensors, numbers,
+strings, tuples and dicts) for the grader to compare. Nothing here knows an expected output.
 """
 import ast
 import builtins
-import io
 import sys
 import traceback
+from dataclasses import replace
 
 import torch
 
 from autograder.engine import limits, protocols
+from autograder.engine.sandbox.report import TOO_BIG, Error, ErrorInfo, GraderError, Ok, Report
+from autograder.engine.sandbox.walls import GraderProblem
 from autograder.engine.student_code import Cell, StudentCode, student_code
 
 NOT_IMPLEMENTED = "还没有实现（not yet implemented）"
-TOO_BIG = f"交回的结果太大（超过 {limits.OUTPUT_BYTES // 2**20} MiB），被停止了：返回值里是不是有特别大的张量？"
 GRADING_PACKAGES = ("autograder", "solutions")
 
 
@@ -39,15 +40,19 @@ def block_grading_imports() -> None:
 
 
 def plain(value):
-    """``value`` with tensors detached into plain ``torch.Tensor`` and unknown objects named by type."""
+    """``value`` with tensors detached into plain ``torch.Tensor``, numbers and strings as the builtins
+    themselves, and unknown objects named by type: only what ``torch.load(..., weights_only=True)`` reads back."""
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().as_subclass(torch.Tensor).clone()
     if isinstance(value, (tuple, list)):
         return tuple(plain(v) for v in value)
     if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if value is None or isinstance(value, (bool, int, float, str)):
+        return {str.__str__(str(k)): plain(v) for k, v in value.items()}
+    if value is None or isinstance(value, bool):
         return value
+    for kind, as_builtin in ((int, int.__index__), (float, float.__float__), (str, str.__str__)):
+        if isinstance(value, kind):  # a subclass too (numpy's float64, an IntEnum): saved as itself, it would
+            return as_builtin(value)  # not load, and an honest answer would read as a forged report
     return f"{type(value).__module__}.{type(value).__qualname__} 对象"
 
 
@@ -86,7 +91,7 @@ def _assigned_in(code: StudentCode, name: str) -> str | None:
     return None
 
 
-def _name_error(exc: NameError, code: StudentCode, where: str) -> dict:
+def _name_error(exc: NameError, code: StudentCode, where: str) -> ErrorInfo:
     name = getattr(exc, "name", None) or ""
     demo = _assigned_in(code, name) if name else None
     if demo:
@@ -94,10 +99,10 @@ def _name_error(exc: NameError, code: StudentCode, where: str) -> dict:
                "不运行演示代码，所以函数里用不到它：把它作为参数传进来，或者在函数里算出来。")
     else:
         why = f"notebook 里没有定义 `{name}`：是不是拼写错了，或者忘了 import？"
-    return {"summary": f"运行出错：NameError：`{name}` 没有定义", "details": "\n".join(x for x in (why, where) if x)}
+    return ErrorInfo(f"运行出错：NameError：`{name}` 没有定义", "\n".join(x for x in (why, where) if x))
 
 
-def describe_error(exc: BaseException, code: StudentCode, name: str) -> dict:
+def describe_error(exc: BaseException, code: StudentCode, name: str) -> ErrorInfo:
     """A short Chinese summary of what the student's code raised, and where."""
     frame = _student_frame(exc, code)
     where = _location(frame, code) if frame else ""
@@ -105,17 +110,32 @@ def describe_error(exc: BaseException, code: StudentCode, name: str) -> dict:
         # A function, or a method of a class, is the exercise itself or one it builds on.
         raised_in = frame[2].split(".")[0] if frame else name
         if raised_in in (name, "<module>"):
-            return {"summary": NOT_IMPLEMENTED, "details": ""}
-        return {"summary": f"{NOT_IMPLEMENTED}：`{name}` 调用的 `{raised_in}` 还没有实现。", "details": where}
+            return ErrorInfo(NOT_IMPLEMENTED)
+        return ErrorInfo(f"{NOT_IMPLEMENTED}：`{name}` 调用的 `{raised_in}` 还没有实现。", where)
     if isinstance(exc, SystemExit):
-        return {"summary": "代码调用了 exit() / sys.exit()：评分时不能退出进程。", "details": where}
+        return ErrorInfo("代码调用了 exit() / sys.exit()：评分时不能退出进程。", where)
     if isinstance(exc, MemoryError) or "allocate" in str(exc):
-        return {"summary": "内存不够：代码申请的内存超出了评分的上限。是不是建了一个特别大的张量？", "details": where}
+        return ErrorInfo("内存不够：代码申请的内存超出了评分的上限。是不是建了一个特别大的张量？", where)
     if isinstance(exc, NameError) and not isinstance(exc, UnboundLocalError):
         return _name_error(exc, code, where)
     text = str(exc).strip().splitlines()
     first = text[0][:300] if text else ""
-    return {"summary": f"运行出错：{type(exc).__name__}: {first}", "details": where}
+    return ErrorInfo(f"运行出错：{type(exc).__name__}: {first}", where)
+
+
+def _raised_by_the_grader(exc: BaseException) -> bool:
+    """Whether ``exc`` is the grader's own ``GraderProblem``: that very class (not a look-alike or a subclass
+    of the student's), raised by a line of ``protocols`` (not by a ``raise`` in the student's cells).
+
+    Why the raising frame and not hiding the class: student code can reach the class anyway (``gc``, or the
+    globals of the protocol objects it is handed), and a student who raised it would turn a zero into "not
+    graded", regraded on every run. What is left to a determined student (making the protocol's own code
+    fail, or writing a forged report to the pipe: the code owns this process) only forfeits the exercise's
+    points behind a ⚠ the teacher sees; the grader cannot tell it from a real one, since only the sandbox
+    reads the case the way the student's code did.
+    """
+    frames = list(traceback.walk_tb(exc.__traceback__))
+    return type(exc) is GraderProblem and bool(frames) and frames[-1][0].f_code.co_filename == protocols.__file__
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -150,53 +170,52 @@ def _size(value) -> int:
     return len(value) if isinstance(value, str) else 8
 
 
-def _call_each(call, student, cases: list, code: StudentCode, name: str) -> list:
+def _call_each(call, student, cases: list, code: StudentCode, name: str) -> tuple:
+    """One outcome per case, in order, until a case stops the run (an error, or outputs over the cap)."""
     outcomes, size = [], 0
     for case in cases:
         pristine = protocols.map_tensors((case.args, case.kwargs), lambda t: t.clone())
         try:
             got = plain(call(student, case))
         except BaseException as e:  # noqa: BLE001 - anything the student's code raises is reported
-            outcomes.append(["error", describe_error(e, code, name)])
+            outcomes.append(GraderError(str(e)) if _raised_by_the_grader(e) else Error(describe_error(e, code, name)))
             break
         size += _size(got)
         if size > limits.OUTPUT_BYTES:
-            outcomes.append(["error", {"summary": TOO_BIG, "details": ""}])
+            outcomes.append(Error(ErrorInfo(TOO_BIG)))
             break
         changed = _changed_inputs(pristine[0], case.args, "") + _changed_inputs(pristine[1], case.kwargs, "")
-        outcomes.append(["ok", got, changed])
-    return outcomes
+        outcomes.append(Ok(got, tuple(changed)))
+    return tuple(outcomes)
 
 
-def run(request: dict) -> dict:
+def run(request: dict) -> Report:
     """The sandbox's answer to one job: the names the notebook defines, its syntax errors, and either an
-    error while defining or one outcome per case (``["ok", output, changed inputs]`` or ``["error", info]``)."""
+    error while defining or the outcomes of the cases."""
     code = student_code([Cell(*cell) for cell in request["cells"]])
-    report = {"defined": dict(code.defined), "syntax_errors": dict(code.syntax_errors)}
+    defined, syntax_errors = dict(code.defined), dict(code.syntax_errors)
     name = request["exercise"]
     if name not in code.defined:
-        return report
+        return Report(defined, syntax_errors)
     namespace = {"__name__": "__student__", "__builtins__": builtins}
     try:
         for compiled in code.compiled:
             exec(compiled, namespace)
     except BaseException as e:  # noqa: BLE001
-        report["error"] = describe_error(e, code, name)
-        report["error"]["summary"] = "执行 notebook 里的定义时出错，" + report["error"]["summary"]
-        return report
-    report["outcomes"] = _call_each(protocols.PROTOCOLS[request["call"]], namespace[name], request["cases"], code, name)
-    return report
+        info = describe_error(e, code, name)
+        return Report(defined, syntax_errors,
+                      error=replace(info, summary="执行 notebook 里的定义时出错，" + info.summary))
+    outcomes = _call_each(protocols.PROTOCOLS[request["call"]], namespace[name], request["cases"], code, name)
+    return Report(defined, syntax_errors, outcomes=outcomes)
 
 
-def failure(exc: BaseException) -> dict:
+def failure(exc: BaseException) -> Report:
     """The report when the harness itself fails on this student's code (a huge output, a broken object)."""
     if isinstance(exc, MemoryError):
-        return {"defined": {}, "syntax_errors": {}, "error": {"summary": TOO_BIG, "details": ""}}
-    return {"defined": {}, "syntax_errors": {},
-            "error": {"summary": f"评分时出错：{type(exc).__name__}: {str(exc)[:300]}", "details": ""}}
+        return Report({}, {}, error=ErrorInfo(TOO_BIG))
+    return Report({}, {}, error=ErrorInfo(f"评分时出错：{type(exc).__name__}: {str(exc)[:300]}"))
 
 
-def serialise(report: dict) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(report, buffer)
-    return buffer.getvalue()
+def serialise(report: Report) -> bytes:
+    """The bytes the fork server relays to the grader."""
+    return report.to_bytes()

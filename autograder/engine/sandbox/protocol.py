@@ -8,6 +8,8 @@ import json
 import os
 import struct
 
+from autograder.engine import limits
+
 _LENGTHS = struct.Struct(">IQ")
 
 
@@ -19,7 +21,7 @@ def write_message(fd: int, header: dict, payload: bytes = b"") -> None:
 def read_message(fd: int, max_payload: int) -> tuple[dict, bytes]:
     """The next message on ``fd``; EOFError when the other side has gone."""
     head_len, payload_len = _LENGTHS.unpack(_read_exactly(fd, _LENGTHS.size))
-    if head_len > 1 << 20 or payload_len > max_payload:
+    if head_len > limits.HEADER_BYTES or payload_len > max_payload:
         raise ValueError(f"message too large: header {head_len} bytes, payload {payload_len} bytes")
     header = json.loads(_read_exactly(fd, head_len))
     return header, _read_exactly(fd, payload_len)

@@ -44,7 +44,11 @@ _ENV_DISABLE = "ATTENTION_COURSE_SANDBOX_OFF"  # comma-separated walls to leave 
 
 
 class GraderProblem(Exception):
-    """The grader, not the student, cannot run the code: the message says what to fix on the machine."""
+    """The grader, not the student, cannot run the code: the message says what to fix on the machine.
+
+    Raised when a wall cannot go up, and by the call protocols (``protocols``) when what the grader provides
+    for a case cannot be read, e.g. the model files: the harness reports that case as the grader's problem
+    (``harness._raised_by_the_grader``). Defined here, with no torch import, for the fork server's start."""
 
 
 def _disabled() -> set[str]:

@@ -121,7 +121,7 @@ def run_job(walls: Walls, harness, job: dict) -> tuple[dict, bytes]:
 def _serve(walls: Walls, harness, requests: int, answers: int) -> None:
     while True:
         try:
-            header, payload = protocol.read_message(requests, max_payload=1 << 34)
+            header, payload = protocol.read_message(requests, max_payload=limits.JOB_BYTES)
         except EOFError:
             return
         job = pickle.loads(payload)  # from the grader, which started this process
@@ -132,7 +132,7 @@ def _serve(walls: Walls, harness, requests: int, answers: int) -> None:
 def _serve_one_inline(harness, requests: int, answers: int) -> None:
     """Without fork, one job runs in this very process, which then exits: the grader starts a fresh one."""
     try:
-        header, payload = protocol.read_message(requests, max_payload=1 << 34)
+        header, payload = protocol.read_message(requests, max_payload=limits.JOB_BYTES)
     except EOFError:
         return
     job = pickle.loads(payload)

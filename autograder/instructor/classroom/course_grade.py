@@ -20,15 +20,21 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from autograder.engine import limits
+from autograder.engine.ipynb import NotebookError
+from autograder.engine.sandbox.walls import describe_missing
 from autograder.instructor.classroom import roster as class_roster
 from autograder.instructor.classroom.graded_class import Entry, GradedClass, state_folder
 from autograder.instructor.classroom.outputs import FEEDBACK, FILES, Written, write_outputs
 from autograder.instructor.classroom.progress import Progress, duration
-from autograder.instructor.classroom.results_store import NotebookResult, ResultStore, combined, grader_fingerprints, notebook_key
+from autograder.instructor.classroom.results_store import (
+    NotebookResult,
+    ResultStore,
+    combined,
+    grader_fingerprints,
+    notebook_key,
+)
 from autograder.instructor.classroom.shards import ShardError, merge, parse_shard, shard_students
 from autograder.instructor.classroom.workers import Pool, Task
-from autograder.engine.ipynb import NotebookError
-from autograder.engine.sandbox.walls import describe_missing
 
 INTERRUPTED = 130  # the shell's code for a run stopped by Ctrl-C
 

@@ -8,8 +8,8 @@ from itertools import groupby
 from pathlib import Path
 
 from autograder.engine.assignments import ASSIGNMENTS
-from autograder.instructor.classroom.results_store import NotebookResult, ResultStore
 from autograder.files import write_atomically
+from autograder.instructor.classroom.results_store import NotebookResult, ResultStore
 
 STATE = ".course-grade"
 

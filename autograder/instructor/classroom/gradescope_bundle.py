@@ -23,16 +23,13 @@ from pathlib import Path
 
 import torch
 
-from autograder.engine.assignments import ASSIGNMENTS
-from course.layout import ROOT as REPO
+from autograder.engine.assignments import ASSIGNMENTS, needed_weights
 from autograder.instructor.classroom.gradescope_run import WHEN_SHOWN
+from course.layout import ROOT as REPO
 
 PACKAGES = ("course", "solutions", "autograder", "data")
 FILES = ("pyproject.toml", "README.md")
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # every entry gets this time, so the same course gives the same zip
-# Real weights an assignment's graders read from the course's cache folder: fetched while Gradescope builds
-# the image (which has internet; grading runs may not).
-PREFETCH = {"07_real_model": "course-weights smollm2 --quiet"}
 
 SETUP = """#!/usr/bin/env bash
 # Run once by Gradescope, as root on its Ubuntu image, while it builds the autograder: installs Python, a
@@ -84,7 +81,9 @@ def build(assignment: str, target: Path, visibility: str = "after_due_date", rep
                                 "course-gradescope from the course's repository")
     version = torch.__version__.split("+")[0]  # the version the course is tested with, without "+cpu"
     with zipfile.ZipFile(target, "w") as bundle:
-        prefetch = f"{PREFETCH[assignment]}\n" if assignment in PREFETCH else ""
+        # The real weights the graders read from the course's cache are fetched while Gradescope builds the
+        # image, which has internet (grading runs may not).
+        prefetch = "".join(f"{weights.command}\n" for weights in needed_weights([assignment]))
         bundle.writestr(_entry("setup.sh", True), SETUP.format(torch=version, prefetch=prefetch))
         bundle.writestr(_entry("run_autograder", True),
                         RUN.format(assignment=shlex.quote(assignment), visibility=shlex.quote(visibility)))

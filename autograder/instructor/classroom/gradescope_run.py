@@ -13,11 +13,11 @@ from pathlib import Path
 from autograder.engine import limits
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.grading import grade_cells, notebook_cells
-from autograder.instructor.classroom.roster import read_notebook, student_notebook
 from autograder.engine.ipynb import NotebookError
-from autograder.scoreboard import Scoreboard
 from autograder.engine.sandbox.client import SandboxError, shared
 from autograder.engine.sandbox.walls import describe_missing
+from autograder.instructor.classroom.roster import read_notebook, student_notebook
+from autograder.scoreboard import Scoreboard
 
 # Gradescope's visibilities, and what the top-level output tells a student about when each exercise's result
 # appears under it.

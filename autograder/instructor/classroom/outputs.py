@@ -5,12 +5,12 @@ student's results in memory at a time, so memory does not grow with the class.
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder.files import write_atomically
 from autograder.instructor.classroom.class_report import AssignmentStats, report_html
 from autograder.instructor.classroom.feedback_pages import feedback_page
 from autograder.instructor.classroom.gradebook import Gradebook
 from autograder.instructor.classroom.graded_class import GradedClass
 from autograder.instructor.classroom.results_store import ResultStore
-from autograder.files import write_atomically
 from course import layout
 from course.tools.plotting import use_chinese_font
 

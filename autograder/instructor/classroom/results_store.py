@@ -20,7 +20,6 @@ from autograder.engine.provenance import fingerprint
 from autograder.files import write_atomically
 
 
-
 @dataclass(frozen=True)
 class NotebookResult:
     """The verdicts on one notebook, in the assignment's exercise order, and how long grading it took."""

@@ -1,17 +1,18 @@
 """Which notebooks a class handed in, and whose they are: the layouts and file names ``course-grade``
 understands. Anything else is refused with a message, before any grading, rather than guessed.
 
-Nothing here runs or parses student code; notebooks are only located (zips are listed, not extracted).
+Nothing here runs or parses student code; notebooks are only located (zips are listed, not extracted), by
+the rules of ``autograder.engine.submission``, which ``pytest autograder/`` locates notebooks with too.
 Reading a notebook's bytes (``read_notebook``) goes through ``autograder.engine.ipynb``'s safe reader.
 """
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from autograder.engine.assignments import ASSIGNMENTS, assignment_of
-from autograder.instructor.classroom.zipped import read_member, zip_notebooks
+from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.ipynb import NotebookError, read_bytes
-from autograder.engine.submission import notebooks
+from autograder.engine.submission import assignment_of, assignments_named, choose, notebooks
+from autograder.instructor.classroom.zipped import read_member, zip_notebooks
 from course import layout
 
 LAYOUTS = """\
@@ -152,19 +153,14 @@ def _parse_name(name: str) -> tuple[str, str | None, list[str]]:
         if match:
             groups = match.groupdict()
             student = f"{groups['name']}_{groups['user']}" if pattern is _CANVAS else groups["student"]
-            own = groups.get("file") or ""
-            named = _assignments_in(own)
-            by_number = assignment_of(Path(own)) if own else None
-            return student.strip(), named[0] if len(named) == 1 else None if named else by_number, named
-    named = _assignments_in(stem)
+            named = assignments_named(groups.get("file") or "")
+            return student.strip(), named[0] if len(named) == 1 else None, named
+    # A plain name also holds the student's: only an assignment's full name tells the two apart.
+    named = assignments_named(stem, by_number=False)
     if len(named) != 1:
         return stem.strip(), None, named
     before, _, after = stem.partition(named[0])
     return (before.strip(_SEPARATORS) or after.strip(_SEPARATORS)), named[0], named
-
-
-def _assignments_in(text: str) -> list[str]:
-    return [a for a in ASSIGNMENTS if a in text]
 
 
 @dataclass
@@ -184,8 +180,8 @@ class _Scan:
         found = []
         for file in sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in _SUFFIXES
                            and not p.name.startswith(".")):
-            named = _assignments_in(file.stem)
-            assignment = named[0] if len(named) == 1 else None if named else assignment_of(file) or self.default
+            named = assignments_named(file.stem)
+            assignment = named[0] if len(named) == 1 else None if named else self.default
             found += self.file(file, student, assignment, named)
         return found
 
@@ -221,14 +217,11 @@ class _Scan:
 
 def _one_member(file: Path, student: str, assignment: str, members: list[str]) -> Handed:
     """The zip member that is ``assignment``'s notebook, or the student's problem when there is none or many."""
-    named = [m for m in members if PurePosixPath(m).stem == assignment or PurePosixPath(m).parent.name == assignment]
-    chosen = members if len(members) == 1 else named
-    if len(chosen) == 1:
-        return Handed(student, assignment, Source(file, chosen[0]))
-    if not members:
-        return Handed(student, assignment, None, f"{file.name} 里没有 .ipynb 文件。")
-    return Handed(student, assignment, None, f"{file.name} 里有好几个 notebook（{', '.join(members)}），"
-                                             f"请只留下要评分的那个，或命名为 {assignment}.ipynb。")
+    paths = [PurePosixPath(m) for m in members]
+    chosen = choose(paths, assignment, file.name)
+    if isinstance(chosen, PurePosixPath):
+        return Handed(student, assignment, Source(file, members[paths.index(chosen)]))  # the name as zipped
+    return Handed(student, assignment, None, chosen or f"{file.name} 里没有 .ipynb 文件。")
 
 
 def _unique(root: Path, found: dict[tuple[str, str], list[Handed]], problems: list[str]) -> list[Handed]:

@@ -8,9 +8,9 @@ cover the class, differ by at most one student, and keep each student's assignme
 import re
 from pathlib import Path
 
+from autograder.files import write_atomically
 from autograder.instructor.classroom.graded_class import GradedClass, state_folder
 from autograder.instructor.classroom.results_store import ResultStore
-from autograder.files import write_atomically
 
 
 class ShardError(Exception):

@@ -17,12 +17,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
+from autograder.engine import limits
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.exercise import Verdict, grader_problem
-
-# Seconds past the cap per notebook before a silent worker counts as stuck (the sandbox itself allows an
-# exercise its timeout plus 30 s to answer).
-_STUCK_AFTER_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -152,8 +149,8 @@ class Pool:
     def _check(self, worker: _Worker, done) -> "_Worker | None":
         if not worker.process.is_alive():
             return self._replace(worker, done, "评分进程意外退出了，没有交回结果")
-        if time.monotonic() - worker.since > self.cap_s + _STUCK_AFTER_S:
-            return self._replace(worker, done, f"评分进程超过 {self.cap_s + _STUCK_AFTER_S:g} 秒没有回应，被停止了")
+        if time.monotonic() - worker.since > self.cap_s + limits.WORKER_STUCK_AFTER_S:
+            return self._replace(worker, done, f"评分进程超过 {self.cap_s + limits.WORKER_STUCK_AFTER_S:g} 秒没有回应，被停止了")
         return None
 
     def _replace(self, worker: _Worker, done, why: str) -> _Worker:

@@ -1,0 +1,30 @@
+"""Whole notebook files graded in this process, as every channel grades them (``grade_notebook``): a mistake in
+one exercise costs that exercise's points and no other's, and is named."""
+import pytest
+
+from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
+from autograder.engine.grading import grade_notebook
+from tests.notebooks import filled, source_solutions, write_submission
+from tests.student_code import MISTAKES_01
+from tests.student_code_03 import MISTAKES as MISTAKES_03
+from tests.student_code_gate_qwen35 import MISTAKES as MISTAKES_GATE
+
+# One mistake per assignment, in an exercise that no later exercise of the notebook calls.
+ONE_MISTAKE = [
+    ("01_attention_basics", next(m for m in MISTAKES_01 if m[0] == "padding_mask")),
+    ("03_gqa_kv_cache", next(m for m in MISTAKES_03 if m[0] == "kv_cache_bytes")),
+    ("05_output_gate", next(m for m in MISTAKES_GATE if m[0] == "gate_gradient")),
+]
+
+
+@pytest.mark.parametrize("assignment, mistake", ONE_MISTAKE, ids=[a for a, _ in ONE_MISTAKE])
+def test_a_notebook_with_a_mistake_loses_that_exercise_only(assignment, mistake, tmp_path, sandbox):
+    name, named, code = mistake
+    notebook = write_submission(tmp_path, filled({**source_solutions(assignment), name: code}, assignment), assignment)
+    verdicts = grade_notebook(notebook, sandbox=sandbox)
+    assert [v.exercise for v in verdicts] == [e.name for e in ASSIGNMENTS[assignment]]
+    lost = [v for v in verdicts if not v.passed]
+    assert [v.exercise for v in lost] == [name], [v.message for v in lost]
+    assert named in lost[0].message and not lost[0].grader_problem
+    total = sum(e.points for e in ASSIGNMENTS[assignment])
+    assert sum(v.points for v in verdicts) == total - EXERCISES[name].points
