@@ -8,11 +8,21 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from autograder.engine.assignments import SMOLLM2, needed_weights
 from autograder.engine.sandbox.client import Sandbox, shared
 from autograder.instructor.release import generate
 from course.layout import ROOT as REPO
+
+
+def pytest_configure(config):
+    """A worker of a parallel run (pytest -n) computes on one thread, and so does everything it starts (kernels,
+    graders, nbgrader): the workers already fill the cores, and torch's thread pools, oversubscribed, collapse
+    (the 07 notebook beside a worker grading 07: 27 s on one thread each, 170 s on two)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session", autouse=True)

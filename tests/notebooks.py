@@ -4,8 +4,8 @@ from pathlib import Path
 
 import nbformat
 
-from course.layout import ROOT as REPO
 from autograder.instructor.release import solution_code
+from course.layout import ROOT as REPO
 
 ASSIGNMENT = "01_attention_basics"
 # Each solved source notebook is executed once in a full run: these in JupyterLab itself (tests/test_browser.py),

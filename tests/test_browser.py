@@ -162,7 +162,7 @@ def run_to_the_end(page, lab, relative: str, shot: Path) -> list[dict]:
     more (JupyterLab clears the queue at an error), and the kernel is idle (the last outputs are in)."""
     run_all(page)
     clicked, clicks = time.monotonic(), 1
-    begun = False
+    begun, asked = False, ""
     while time.monotonic() < clicked + RUN_ALL_SECONDS:
         found = cells(page)
         queued = [i for i, c in enumerate(found) if _queued(c)]
@@ -171,16 +171,21 @@ def run_to_the_end(page, lab, relative: str, shot: Path) -> list[dict]:
             page.screenshot(path=str(shot), full_page=True)
             return found
         if not begun and time.monotonic() > clicked + START_SECONDS:
+            dialog = page.locator(".jp-Dialog")
+            if dialog.count():  # JupyterLab asks something: say what, do not answer
+                asked = dialog.first.inner_text()
+                break
             if clicks == CLICKS:
                 break
             run_all(page)  # nothing ran, so running from the top again changes nothing
             clicked, clicks = time.monotonic(), clicks + 1
         time.sleep(0.5)
     page.screenshot(path=str(shot), full_page=True)
-    pytest.fail(f"Run All of {relative} {'was still running' if begun else f'did not start ({clicks} clicks)'} "
-                f"after {time.monotonic() - clicked:.0f} s (cells queued: {queued}, cells run: "
-                f"{[i for i, c in enumerate(found) if _executed(c)]} of {len(found)}, kernel: "
-                f"{kernel_state(lab, relative)}); screenshot: {shot}")
+    state = "was still running" if begun else f"did not start ({clicks} clicks)"
+    ran = [i for i, c in enumerate(found) if _executed(c)]
+    pytest.fail(f"Run All of {relative} {state} after {time.monotonic() - clicked:.0f} s (cells queued: {queued}, "
+                f"cells run: {ran} of {len(found)}, kernel: {kernel_state(lab, relative)}"
+                f"{f'; JupyterLab asks: {asked!r}' if asked else ''}); screenshot: {shot}")
 
 
 def not_run(found: list[dict]) -> list[int]:

@@ -6,9 +6,9 @@ import zipfile
 import pytest
 
 from autograder.engine import limits
+from autograder.engine.ipynb import NotebookError
 from autograder.instructor.classroom.roster import RosterError, find, read_notebook
 from autograder.instructor.classroom.shards import ShardError, parse_shard, shard_students
-from autograder.engine.ipynb import NotebookError
 
 A, B = "01_attention_basics", "02_multi_head"
 NOTEBOOK = b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'

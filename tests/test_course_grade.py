@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS
-from course.layout import ROOT as REPO
+from autograder.engine.grading import OUT_OF_TIME
 from autograder.instructor.classroom.course_grade import main
 from autograder.instructor.classroom.graded_class import state_folder
-from autograder.engine.grading import OUT_OF_TIME
+from course.layout import ROOT as REPO
 from tests.class_of_students import half_done, hostile, with_mistake
 from tests.notebooks import filled, released, source_solutions, write_submission
 from tests.student_code import MISTAKES_01

@@ -7,9 +7,12 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicCache
 from transformers.models.deepseek_v3.configuration_deepseek_v3 import DeepseekV3Config
-from transformers.models.deepseek_v3.modeling_deepseek_v3 import (DeepseekV3Attention, DeepseekV3RotaryEmbedding,
-                                                                  apply_rotary_pos_emb,
-                                                                  apply_rotary_pos_emb_interleave)
+from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
+    DeepseekV3Attention,
+    DeepseekV3RotaryEmbedding,
+    apply_rotary_pos_emb,
+    apply_rotary_pos_emb_interleave,
+)
 
 from solutions.rope_mla import LatentKVCache, MultiHeadLatentAttention, rope_cos_sin
 

@@ -7,8 +7,8 @@ import subprocess
 import pytest
 import yaml
 
-from course.layout import ROOT as REPO
 from autograder.instructor.classroom.course_grade import _arguments
+from course.layout import ROOT as REPO
 
 DEPLOY = REPO / "deploy"
 

@@ -11,11 +11,11 @@ import pytest
 from nbclient import NotebookClient
 
 from autograder.engine.assignments import ASSIGNMENTS
-from course.layout import ROOT as REPO
 from autograder.engine.grading import grade_cells, notebook_cells
+from autograder.engine.sandbox.client import shared
 from autograder.instructor.handout import main, provided_answers
 from autograder.instructor.release import solution_code
-from autograder.engine.sandbox.client import shared
+from course.layout import ROOT as REPO
 
 A = "01_attention_basics"
 RELEASED = [a for a in ASSIGNMENTS if (REPO / "release" / a).is_dir()]

@@ -1,4 +1,5 @@
-"""Hostile student code against the walls of COURSE_SPEC §4a, one attack per wall.
+"""Hostile student code against the walls of the grading sandbox (the README's "Grading security"), one
+attack per wall.
 
 Each attack would earn the points, or harm the grader, if its wall were down: it looks for the answer and
 uses it, or it reaches for something outside its sandbox. Every test asserts both that the attack failed
@@ -12,10 +13,10 @@ import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from autograder.engine.checks import attention_scores as scores_check
-from course.layout import ROOT as REPO
 from autograder.engine.exercise import grade
-from autograder.engine.student_code import Cell
 from autograder.engine.sandbox.client import Sandbox
+from autograder.engine.student_code import Cell
+from course.layout import ROOT as REPO
 from tests.student_code import notebook_code
 
 SCORES = EXERCISES["attention_scores"]

@@ -20,8 +20,8 @@ import torch
 from safetensors import safe_open
 
 from course import qwen35_weights
-from course.tools import qwen35_fetch
 from course.qwen35 import PROMPT_IDS
+from course.tools import qwen35_fetch
 from tests.checkpoints import checkpoint_layout, published_shard_name, write_checkpoint, write_full_size
 
 REPO = "Qwen/Qwen3.5-0.8B"

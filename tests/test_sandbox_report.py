@@ -9,13 +9,21 @@ import os
 import pytest
 import torch
 
+from autograder.engine.assignments import EXERCISES
 from autograder.engine.checks import greedy_generate
 from autograder.engine.exercise import grade
-from autograder.engine.assignments import EXERCISES
 from autograder.engine.protocols import Case
 from autograder.engine.sandbox.client import Answer, Sandbox
-from autograder.engine.sandbox.report import (Error, ErrorInfo, GraderError, Malformed, Ok, Report, from_bytes,
-                                              from_plain)
+from autograder.engine.sandbox.report import (
+    Error,
+    ErrorInfo,
+    GraderError,
+    Malformed,
+    Ok,
+    Report,
+    from_bytes,
+    from_plain,
+)
 from autograder.engine.student_code import Cell
 from autograder.instructor.classroom.results_store import NotebookResult, ResultStore
 from course import smollm2

@@ -7,8 +7,8 @@ from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.exercise import NOT_IMPLEMENTED, grade
 from autograder.engine.grading import grade_notebook
 from autograder.engine.sandbox import landlock
-from autograder.scoreboard import Scoreboard
 from autograder.engine.student_code import Cell
+from autograder.scoreboard import Scoreboard
 from course import smollm2
 from tests import student_code as student_01
 from tests import student_code_07 as student

@@ -1,12 +1,18 @@
 """The graders of 05 and 06 pass on correct student code, fail on the stubs and name seeded mistakes."""
 import pytest
 
-from autograder.engine.checks import (apply_output_gate, apply_partial_rope, gate_gradient, qwen35_attention, rope_cos_sin,
-                               split_query_gate, zero_centered_rms_norm)
+from autograder.engine.checks import (
+    apply_output_gate,
+    apply_partial_rope,
+    gate_gradient,
+    qwen35_attention,
+    rope_cos_sin,
+    split_query_gate,
+    zero_centered_rms_norm,
+)
 from autograder.engine.exercise import NOT_IMPLEMENTED, grade
 from autograder.engine.student_code import Cell
 from tests.student_code_gate_qwen35 import CORRECT, MISTAKES, notebook_code
-
 
 EXERCISES = {m.EXERCISE.name: m.EXERCISE for m in (split_query_gate, apply_output_gate, gate_gradient,
                                                   zero_centered_rms_norm, rope_cos_sin, apply_partial_rope,

@@ -2,7 +2,6 @@
 import nbformat
 
 from autograder.engine import limits
-
 from autograder.engine.assignments import EXERCISES
 from autograder.engine.exercise import grade
 from autograder.engine.ipynb import NotebookError, read_code_cells
