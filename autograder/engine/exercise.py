@@ -152,6 +152,11 @@ class References:
     def __getitem__(self, index: int):
         return self._results.result()[index]
 
+    def finish(self) -> None:
+        """Wait until they are computed (raising nothing): a reference still running after its verdict would
+        share the grader's cached model, and its hooks, with the next exercise's."""
+        self._results.exception()
+
 
 def check_output(exercise: Exercise, case: Case, got, expected=None) -> Mismatch | str | None:
     """Why ``got`` is not the right output for ``case`` (None when it is); ``expected`` is the reference's
@@ -223,6 +228,14 @@ def grade(exercise: Exercise, cells: list[Cell], sandbox: Sandbox | None = None,
 
     cases = exercise.cases()
     expected = References(exercise, cases)
+    try:
+        return _run_and_judge(exercise, cells, sandbox, timeout_s, cases, expected, fail)
+    finally:
+        expected.finish()
+
+
+def _run_and_judge(exercise, cells, sandbox, timeout_s, cases, expected, fail) -> Verdict:
+    """Run the student's code on ``cases`` in the sandbox and judge what comes back against ``expected``."""
     job = {"exercise": exercise.definition, "call": exercise.call.__name__,
            "cells": [(cell.label, cell.source, cell.shown) for cell in cells], "cases": cases}
     try:
