@@ -30,7 +30,8 @@ def test_a_stale_release_is_listed_file_by_file(generated_course, tmp_path):
                        encoding="utf-8")
     gone.unlink()
     (stale / "release" / "stray.txt").write_text("", encoding="utf-8")
-    made = {f"release/{p}" for p in ("02_multi_head/02_multi_head.ipynb", "04_rope_mla/04_rope_mla.ipynb", "stray.txt")}
+    made = {f"release/{name}" for name in
+            ("02_multi_head/02_multi_head.ipynb", "04_rope_mla/04_rope_mla.ipynb", "stray.txt")}
     # On top of whatever a fresh generation already finds (nothing, when test_release_is_in_sync_with_source passes).
     assert differing_files(stale) == sorted(made | set(differing_files(generated_course)))
 
@@ -119,7 +120,7 @@ def test_provided_cells_only_take_earlier_assignments(tmp_path):
         build_source_notebook(early, "02_multi_head")
 
 
-@pytest.mark.slow  # a kernel each, 5-10 s (07, which generates with the real model: about 100 s)
+@pytest.mark.slow  # a kernel each: 5 to 30 s
 @pytest.mark.parametrize("assignment", [a for a in ASSIGNMENTS if a not in IN_THE_BROWSER])
 def test_source_notebook_runs_top_to_bottom(assignment, tmp_path):
     nb = build_source_notebook(source_path(assignment), assignment)
