@@ -3,86 +3,103 @@ error, and the notebooks left exactly as they were. One cold run per behaviour o
 exercise's verdict is, is tested in this process (tests/test_notebook_verdicts.py, tests/test_seeded_mistakes*)."""
 import json
 import re
+import subprocess
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
-from tests.commands import digest, pytest_autograder
+from tests.commands import digest, finished, start_pytest_autograder
 from tests.notebooks import ASSIGNMENT, filled, released_path, source_solutions, write_submission
+
+TOTAL = sum(e.points for e in EXERCISES.values())
 
 
 def max_points(assignment):
     return sum(e.points for e in ASSIGNMENTS[assignment])
 
 
+class Runs(NamedTuple):
+    done: dict[str, subprocess.CompletedProcess]  # by submission name
+    folder: Path  # holds <name>.json, the results.json of the runs that write one
+    before: dict[Path, str]  # every notebook's digest
+    after: dict[Path, str]
+
+    def results(self, name: str) -> dict:
+        return json.loads((self.folder / f"{name}.json").read_text(encoding="utf-8"))
+
+
 @pytest.fixture(scope="module")
-def every_solved(tmp_path_factory):
-    """One run over a folder holding the solved notebook of every assignment:
-    (the finished command, its results.json, each notebook's digest before and after)."""
-    folder = tmp_path_factory.mktemp("every-solved")
-    notebooks = [write_submission(folder, filled(source_solutions(a), a), a) for a in ASSIGNMENTS]
+def runs(tmp_path_factory) -> Runs:
+    """The command on each submission of this file, the runs started together."""
+    root = tmp_path_factory.mktemp("cli")
+    solved = [write_submission(root / "every-solved", filled(source_solutions(a), a), a) for a in ASSIGNMENTS]
+    malformed = root / "malformed" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    malformed.parent.mkdir(parents=True)
+    malformed.write_text(released_path().read_text(encoding="utf-8")[:5000], encoding="utf-8")
+    notebooks = [*solved, *(released_path(a) for a in ASSIGNMENTS)]
     before = {p: digest(p) for p in notebooks}
-    results = folder / "results.json"
-    done = pytest_autograder("--submission", folder, "--results-json", results)
-    return done, json.loads(results.read_text(encoding="utf-8")), before, {p: digest(p) for p in notebooks}
+    started = {
+        "every solved": start_pytest_autograder("--submission", root / "every-solved",
+                                                "--results-json", root / "every-solved.json"),
+        "stubs": start_pytest_autograder("--submission", released_path().parent.parent,
+                                         "--results-json", root / "stubs.json"),
+        "malformed": start_pytest_autograder("--submission", malformed.parent),
+        "missing": start_pytest_autograder("--submission", root / "nowhere"),
+    }
+    done = {name: finished(run) for name, run in started.items()}
+    return Runs(done, root, before, {p: digest(p) for p in notebooks})
 
 
-def test_every_solved_notebook_gets_full_marks_and_exit_code_0(every_solved):
-    done, results, _, _ = every_solved
+def test_every_solved_notebook_gets_full_marks_and_exit_code_0(runs):
+    done = runs.done["every solved"]
     assert done.returncode == 0, done.stdout
     table = done.stdout.split("评分 Score")[1].splitlines()
     assert [line for line in table if line in ASSIGNMENTS] == list(ASSIGNMENTS)
     subtotals = [tuple(map(int, m)) for m in re.findall(r"小计 subtotal\s+(\d+)/(\d+)", done.stdout)]
     assert subtotals == [(max_points(a), max_points(a)) for a in ASSIGNMENTS]
-    total = sum(e.points for e in EXERCISES.values())
-    assert f"总分 Total: {total}/{total}" in done.stdout
+    assert f"总分 Total: {TOTAL}/{TOTAL}" in done.stdout
     assert "未提交" not in done.stdout
 
 
-def test_results_json_has_a_test_per_exercise_in_gradescopes_format(every_solved):
-    _, results, _, _ = every_solved
-    assert results["score"] == sum(e.points for e in EXERCISES.values())
-    assert [t["name"] for t in results["tests"]] == [f"{a} / {e.name}" for a in ASSIGNMENTS for e in ASSIGNMENTS[a]]
-    assert all({"name", "score", "max_score", "output", "visibility"} <= t.keys() for t in results["tests"])
-    assert all(t["score"] == t["max_score"] == EXERCISES[t["name"].split(" / ")[1]].points for t in results["tests"])
+def test_results_json_has_a_test_per_exercise_in_gradescopes_format(runs):
+    written = runs.results("every-solved")
+    assert written["score"] == TOTAL
+    assert [t["name"] for t in written["tests"]] == [f"{a} / {e.name}" for a in ASSIGNMENTS for e in ASSIGNMENTS[a]]
+    assert all({"name", "score", "max_score", "output", "visibility"} <= t.keys() for t in written["tests"])
+    assert all(t["score"] == t["max_score"] == EXERCISES[t["name"].split(" / ")[1]].points for t in written["tests"])
 
 
-def test_grading_leaves_every_notebook_as_it_was(every_solved):
-    _, _, before, after = every_solved
-    assert after == before
+def test_grading_leaves_every_notebook_as_it_was(runs):
+    assert runs.after == runs.before
 
 
-def test_the_walls_notice_is_printed_only_where_walls_are_missing(every_solved, sandbox):
+def test_the_walls_notice_is_printed_only_where_walls_are_missing(runs, sandbox):
     """The command's run and this process's sandbox are on the same machine: same walls."""
-    done, _, _, _ = every_solved
+    done = runs.done["every solved"]
     missing = sandbox.hello()["missing"]
     assert done.stdout.count("sandbox walls missing") == (1 if missing else 0), (missing, done.stdout)
 
 
-def test_release_stubs_fail_every_exercise_with_not_implemented(tmp_path):
-    before = digest(released_path())
-    done = pytest_autograder("--submission", released_path().parent.parent, "--results-json", tmp_path / "results.json")
+def test_release_stubs_fail_every_exercise_with_not_implemented(runs):
+    done, written = runs.done["stubs"], runs.results("stubs")
     assert done.returncode == 1, done.stdout
-    results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
-    assert results["score"] == 0
-    assert len(results["tests"]) == len(EXERCISES)
-    assert all(t["output"] == "还没有实现（not yet implemented）" for t in results["tests"])
-    assert f"总分 Total: 0/{sum(e.points for e in EXERCISES.values())}" in done.stdout
+    assert written["score"] == 0
+    assert len(written["tests"]) == len(EXERCISES)
+    assert all(t["output"] == "还没有实现（not yet implemented）" for t in written["tests"])
+    assert f"总分 Total: 0/{TOTAL}" in done.stdout
     assert "Traceback" not in done.stdout
-    assert digest(released_path()) == before
 
 
-def test_malformed_notebook_fails_every_exercise_with_a_clear_message(tmp_path):
-    notebook = tmp_path / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-    notebook.parent.mkdir()
-    notebook.write_text(released_path().read_text(encoding="utf-8")[:5000], encoding="utf-8")
-    done = pytest_autograder("--submission", notebook.parent)
+def test_malformed_notebook_fails_every_exercise_with_a_clear_message(runs):
+    done = runs.done["malformed"]
     assert done.returncode == 1
     assert done.stdout.count("不是合法的 notebook") >= len(ASSIGNMENTS[ASSIGNMENT])
     assert f"总分 Total: 0/{max_points(ASSIGNMENT)}" in done.stdout
 
 
-def test_missing_path_is_a_usage_error(tmp_path):
-    done = pytest_autograder("--submission", tmp_path / "nowhere")
+def test_missing_path_is_a_usage_error(runs):
+    done = runs.done["missing"]
     assert done.returncode == 4
     assert "找不到" in done.stdout + done.stderr
