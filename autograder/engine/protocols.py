@@ -180,7 +180,7 @@ def call_generate(fn, case: Case) -> tuple:
         fed.append(ids.shape[-1] if isinstance(ids, torch.Tensor) else 0)
 
     def build() -> nn.Module:
-        model = _real_model(folder, attention)
+        model = real_model(folder, attention)
         hooks.append(model.register_forward_pre_hook(record, with_kwargs=True))
         return model
 
@@ -213,7 +213,7 @@ class _OnFirstUse:
 
 
 @functools.lru_cache(maxsize=2)
-def _real_model(folder: str, attention) -> nn.Module:
+def real_model(folder: str, attention) -> nn.Module:
     """The model in ``folder`` with ``attention`` in every layer (kept for the next case of the same run)."""
     from course import llama  # the weights loader: only the protocols that need a model import it
 

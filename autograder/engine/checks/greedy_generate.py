@@ -31,9 +31,9 @@ def _case(folder, texts, max_new_tokens, note, shown=None) -> Case:
 def cases() -> list[Case]:
     folder = smollm2.model_folder()
     return [
-        _case(folder, ["The capital of France is"], 5, ""),
+        _case(folder, ["The capital of France is"], 3, ""),
         _case(folder, ["The quick brown fox jumps over the", "Paris is the capital of"], 4, "一批两句，"),
-        _case(folder, [chat_prompt(QUESTION)], 4, "对话格式，", shown=[f"用户问：{QUESTION}"]),
+        _case(folder, [chat_prompt(QUESTION)], 3, "对话格式，", shown=[f"用户问：{QUESTION}"]),
         _case(folder, ["Once upon a time"], 1, "只生成一个 token，"),
     ]
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from autograder.engine import protocols
 from course import llama, smollm2
 from solutions.real_model import LlamaAttention
 
@@ -58,17 +59,29 @@ def real_layer() -> RealLayer:
     return _layer_in(model_folder())
 
 
+class _Reached(Exception):
+    """Raised by the hook on layer ``LAYER``'s attention once it has seen its input: the layers above are not run."""
+
+
 @functools.lru_cache(maxsize=1)
 def _layer_in(folder: Path) -> RealLayer:
     ids, mask = encode_batch(folder, SENTENCES)
-    model = llama.load_model(folder, LlamaAttention)
+    # The grader's one copy of the reference model, which 07's generation references run in too.
+    model = protocols.real_model(str(folder), LlamaAttention)
     attention = model.layers[LAYER].self_attn
     seen = []
-    hook = attention.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+
+    def record(module, args):
+        seen.append(args[0].clone())
+        raise _Reached
+
+    hook = attention.register_forward_pre_hook(record)
     try:
         with torch.no_grad():
             model(ids, attention_mask=mask)
+    except _Reached:
+        pass
     finally:
         hook.remove()
     state = {name: tensor.clone() for name, tensor in attention.state_dict().items()}
-    return RealLayer(LAYER, model.config, state, seen[0].clone(), mask)
+    return RealLayer(LAYER, model.config, state, seen[0], mask)

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from autograder.engine import limits
 from autograder.engine.sandbox import protocol
 
-_START = "from autograder.engine.sandbox.zygote import main; main()"
+# The fork server imports the very engine this grader runs, even where the course is not pip-installed.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+_START = f"import sys; sys.path.insert(0, {_ROOT!r}); from autograder.engine.sandbox.zygote import main; main()"
 
 
 class SandboxError(Exception):
