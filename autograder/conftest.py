@@ -78,6 +78,7 @@ class Submission:
         self.found = notebooks(path)
         self.require_all = require_all
         self._cells = {}
+        self.verdicts: dict[str, dict] = {}  # assignment -> the verdicts given on its notebook so far
 
     def cells(self, assignment: str):
         if assignment not in self.found:
@@ -111,7 +112,7 @@ def submission(pytestconfig) -> Submission:
 def grade(submission, pytestconfig):
     """Grade one exercise of one assignment; record the verdict; fail the test with its message."""
     def run(assignment: str, exercise: grading.Exercise) -> None:
-        verdict = judge(exercise, submission.cells(assignment))
+        verdict = judge(exercise, submission.cells(assignment), verdicts=submission.verdicts.setdefault(assignment, {}))
         pytestconfig.stash[BOARD].add(assignment, verdict)
         if not verdict.passed:
             pytest.fail(f"{exercise.name}（0/{exercise.points} 分）：{verdict.message}", pytrace=False)

@@ -114,7 +114,7 @@ class KVCache:
         return len(self.ks)
 '''),
     ("KVCache", "len() 取错了维度", CORRECT["KVCache"].replace("self.k_all.size(2)", "len(self.k_all)")),
-    ("repeat_kv", "用了 repeat 而不是 repeat_interleave", '''
+    ("repeat_kv", "KV 头重复成了 0, 1, 0, 1 的顺序", '''
 def repeat_kv(x, n_rep):
     return torch.cat([x] * n_rep, dim=1)
 '''),
@@ -122,7 +122,7 @@ def repeat_kv(x, n_rep):
 def repeat_kv(x, n_rep):
     return x.repeat_interleave(n_rep, dim=2)
 '''),
-    ("GroupedQueryAttention", "用了 repeat 而不是 repeat_interleave", _gqa(_PROJECT + '''
+    ("GroupedQueryAttention", "KV 头重复成了 0, 1, 0, 1 的顺序", _gqa(_PROJECT + '''
         if cache is not None:
             k, v = cache.update(k, v)
         L = k.shape[2]
@@ -146,7 +146,7 @@ def repeat_kv(x, n_rep):
         out = torch.softmax(scores, dim=-1) @ v
 ''' + _FINISH)),
     # The same bug on every mask: seed 003's MQA/GQA apply no mask at all.
-    ("GroupedQueryAttention", "没有加因果掩码", _gqa(_PROJECT + '''
+    ("GroupedQueryAttention", "一个 mask 也没起作用", _gqa(_PROJECT + '''
         if cache is not None:
             k, v = cache.update(k, v)
         L = k.shape[2]

@@ -98,7 +98,7 @@ MISTAKES = [
     ("LlamaAttention", "解码时 RoPE 的位置从 0 重新开始", _llama(tables='''
         cos, sin = rope_cos_sin(torch.arange(T), self.d, self.theta)
 ''')),
-    ("LlamaAttention", "用了 repeat 而不是 repeat_interleave", _llama(cache='''
+    ("LlamaAttention", "KV 头重复成了 0, 1, 0, 1 的顺序", _llama(cache='''
         if cache is not None:
             k, v = cache.update(k, v)
         k = k.repeat(1, self.groups, 1, 1)

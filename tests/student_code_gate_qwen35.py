@@ -179,7 +179,7 @@ def apply_partial_rope(x, cos, sin):
         "        k = apply_partial_rope(self.k_norm(k).transpose(1, 2), cos, sin)",
         "q = self.q_norm(apply_partial_rope(q.transpose(1, 2), cos, sin))\n"
         "        k = self.k_norm(apply_partial_rope(k.transpose(1, 2), cos, sin))")),
-    ("Qwen35Attention", "用 repeat 而不是 repeat_interleave", _layer_with(
+    ("Qwen35Attention", "KV 头重复成了 0, 1, 0, 1 的顺序", _layer_with(
         "k = k.repeat_interleave(self.h // self.hkv, dim=1)\n        v = v.repeat_interleave(self.h // self.hkv, dim=1)",
         "k = k.repeat(1, self.h // self.hkv, 1, 1)\n        v = v.repeat(1, self.h // self.hkv, 1, 1)")),
     ("Qwen35Attention", "没有因果掩码", _layer_with(

@@ -15,12 +15,12 @@ from typing import Any
 
 import torch
 
-from autograder.engine import limits, tolerances
+from autograder.engine import clues, diagnosis, limits, tolerances, torch_errors
 from autograder.engine.compare import Mismatch, compare
-from autograder.engine.protocols import PROTOCOLS, Case, call_function
+from autograder.engine.protocols import PROTOCOLS, PULLED, Case, call_function
 from autograder.engine.sandbox.client import Sandbox, SandboxError, shared
 from autograder.engine.sandbox.harness import NOT_IMPLEMENTED
-from autograder.engine.sandbox.report import TOO_BIG, Error, GraderError, Malformed, Outcome, from_bytes
+from autograder.engine.sandbox.report import TOO_BIG, Error, GraderError, Malformed, Ok, Outcome, from_bytes
 from autograder.engine.student_code import Cell, StudentCode, missing_definition
 
 _FORGED = "评分进程交回的结果格式不对：代码是不是改动了评分器？"
@@ -45,6 +45,9 @@ class Mistake:
     error: str | None = None
     # Run ``fn`` on the case's own dtype rather than on float64: for mistakes that are about precision.
     native_dtype: bool = False
+    # The cases whose outputs this mistake defines to their tolerance (all when None); on the others the
+    # student's rounding, not the mistake, decides the numbers (cosines of 10⁸ radians in float32).
+    tried_on: Callable[[Case], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,10 @@ class Exercise:
     # For a call protocol that returns ``(output, stages)``: the stages in order, ``(key, label)``. Only the
     # output is graded; the first stage that differs from the reference's is named in the message.
     stages: tuple[tuple[str, str], ...] = ()
+    # Other exercises (contract names) that a student's version of this one builds on. When the student's code
+    # uses one (or the call protocol hands it over, ``protocols.PULLED``) and it fails its own check, the
+    # verdict names it instead of diagnosing this exercise on a broken base.
+    uses: tuple[str, ...] = ()
 
     def __post_init__(self):
         if PROTOCOLS.get(self.call.__name__) is not self.call:
@@ -97,6 +104,14 @@ class Verdict:
     grader_problem: bool = False  # the grader could not judge this exercise; not the student's doing
     mistake: str = ""  # the known mistake the code matches, when one does (for a class's table of mistakes)
 
+    def __post_init__(self):
+        # Every text of a verdict may carry the student's words (a returned string, an error message): cleaned
+        # and capped here, where each channel (terminal, results.json, the class store, feedback pages,
+        # nbgrader cells) takes its text from.
+        for name, cap in (("summary", limits.SUMMARY_CHARS), ("details", limits.MESSAGE_CHARS),
+                          ("mistake", limits.SUMMARY_CHARS)):
+            object.__setattr__(self, name, _clean(str(getattr(self, name)), cap))
+
     @property
     def passed(self) -> bool:
         return self.points == self.max_points
@@ -112,31 +127,11 @@ def grader_problem(exercise: "Exercise", what: str) -> Verdict:
                    "请把这条信息告诉老师或助教；修好评分环境后重新评分。", grader_problem=True)
 
 
-def _clean(text: str) -> str:
-    """Text from the sandbox, safe to print: no control characters, bounded length."""
-    kept = "".join(ch for ch in text if ch in "\n\t" or (ch >= " " and not 0x7f <= ord(ch) < 0xa0))
-    return kept[:limits.MESSAGE_CHARS]
-
-
-def _diagnose(exercise: Exercise, case: Case, got, free) -> Mistake | None:
-    """The first known mistake whose output matches ``got`` on ``case``."""
-    reference_case = case.in_float64()
-    tol = exercise.tolerance(case.dtype)
-    for mistake in exercise.mistakes:
-        if mistake.error is not None:
-            continue
-        if mistake.matches is not None:
-            if mistake.matches(case, got):
-                return mistake
-            continue
-        try:
-            wrong = exercise.graded(exercise.call(mistake.fn, case if mistake.native_dtype else reference_case))
-        except Exception:  # noqa: BLE001 - a mistake may not even run on this case's shapes
-            continue
-        if compare(exercise.graded(got), wrong, case.dtype, tol, names=exercise.output_names, equal_nan=True,
-                   free=free) is None:
-            return mistake
-    return None
+def _clean(text: str, cap: int = limits.MESSAGE_CHARS) -> str:
+    """Text safe to print anywhere: no control characters (terminal escapes) but newlines and tabs, at most
+    ``cap`` characters (cut ones end in "……")."""
+    kept = "".join(ch for ch in text[:cap + 1] if ch in "\n\t" or (ch >= " " and not 0x7f <= ord(ch) < 0xa0))
+    return kept if len(kept) <= cap else kept[:cap - 2] + "……"
 
 
 class References:
@@ -195,7 +190,8 @@ def _first_wrong_stage(exercise: Exercise, case: Case, got, reference) -> str | 
         return None
     expected = reference[1]
     for key, label in exercise.stages:
-        same = _same_stage(tuple(got[1].get(key, ())), expected.get(key, ()), case.dtype,
+        mine = got[1].get(key, ())
+        same = _same_stage(tuple(mine) if isinstance(mine, (tuple, list)) else (mine,), expected.get(key, ()), case.dtype,
                            exercise.tolerance(case.dtype))
         if same is False:
             return label
@@ -221,20 +217,44 @@ def _crash_message(detail: dict) -> str:
 
 
 def grade(exercise: Exercise, cells: list[Cell], sandbox: Sandbox | None = None,
-          timeout_s: float = limits.EXERCISE_TIMEOUT_S) -> Verdict:
-    """Grade ``exercise`` against the student's code ``cells``: full points or none, with a message."""
+          timeout_s: float = limits.EXERCISE_TIMEOUT_S,
+          depends: "Callable[[str], Verdict | None] | None" = None) -> Verdict:
+    """Grade ``exercise`` against the student's code ``cells``: full points or none, with a message.
+
+    ``depends(name)`` is the verdict on another exercise of the same code (None when it cannot be had): when
+    this one fails, the exercises of ``exercise.uses`` that the code reaches are looked up through it.
+    """
     def fail(summary: str, details: str = "", mistake: str = "") -> Verdict:
         return Verdict(exercise.name, 0, exercise.points, summary, details, mistake=mistake)
 
     cases = exercise.cases()
     expected = References(exercise, cases)
     try:
-        return _run_and_judge(exercise, cells, sandbox, timeout_s, cases, expected, fail)
+        return _run_and_judge(exercise, cells, sandbox, timeout_s, cases, expected, fail, depends)
     finally:
         expected.finish()
 
 
-def _run_and_judge(exercise, cells, sandbox, timeout_s, cases, expected, fail) -> Verdict:
+def _on_a_broken_base(exercise: Exercise, verdict: Verdict, reached, depends) -> Verdict:
+    """``verdict``, or, when exercises this one builds on fail their own checks, a verdict naming them first."""
+    if verdict.passed or verdict.grader_problem or verdict.summary == NOT_IMPLEMENTED or depends is None:
+        return verdict
+    broken = [(name, found) for name in exercise.uses if name in reached and name != exercise.name
+              for found in [depends(name)] if found is not None and not found.passed and not found.grader_problem]
+    if not broken:
+        return verdict
+    names = "、".join(name for name, _ in broken)
+    first, found = broken[0]
+    lines = [f"这一题的代码用到了你自己写的 {names}，{'它' if len(broken) == 1 else '它们'}在自己的检查里没有通过。"
+             f"先让 {names} 通过：在没通过的基础上，这一题也对不了，所以这一题自己的错因先不诊断。",
+             f"{first} 的检查：{found.summary}", *found.details.splitlines()[:limits.DEPENDENCY_LINES]]
+    case = next((line for line in verdict.details.splitlines() if line.startswith("用例：")), "")
+    if case:
+        lines.append(f"这一题第一个没通过的{case}")
+    return Verdict(exercise.name, 0, exercise.points, f"没有通过：用到的 {names} 还没通过它自己的检查", "\n".join(lines))
+
+
+def _run_and_judge(exercise, cells, sandbox, timeout_s, cases, expected, fail, depends=None) -> Verdict:
     """Run the student's code on ``cases`` in the sandbox and judge what comes back against ``expected``."""
     job = {"exercise": exercise.definition, "call": exercise.call.__name__,
            "cells": [(cell.label, cell.source, cell.shown) for cell in cells], "cases": cases}
@@ -258,7 +278,8 @@ def _run_and_judge(exercise, cells, sandbox, timeout_s, cases, expected, fail) -
                                  exercise.definition)
     if missing:
         return fail(_clean(missing))
-    return _judge(exercise, cases, expected, report.outcomes, fail)
+    reached = {*report.reaches, *PULLED.get(exercise.call.__name__, ())}
+    return _on_a_broken_base(exercise, _judge(exercise, cases, expected, report.outcomes, fail), reached, depends)
 
 
 def _judge(exercise: Exercise, cases: list[Case], expected: References, outcomes: tuple[Outcome, ...],
@@ -268,35 +289,68 @@ def _judge(exercise: Exercise, cases: list[Case], expected: References, outcomes
         if isinstance(outcome, GraderError):  # the harness vouches that the grader's own code raised it
             return grader_problem(exercise, _clean(outcome.what))
         if isinstance(outcome, Error):
-            info = outcome.info
-            if info.summary == NOT_IMPLEMENTED:
-                return fail(NOT_IMPLEMENTED)
-            lines = [f"用例：{case.label}", _clean(info.details)]
-            said = info.summary + "\n" + info.details
-            mistake = next((m for m in exercise.mistakes if m.error and re.search(m.error, said)), None)
-            if mistake:
-                lines.append(f"看起来是：{mistake.name}。{mistake.hint}")
-            return fail(_clean(info.summary), "\n".join(x for x in lines if x), mistake.name if mistake else "")
+            return _raised(exercise, case, outcome.info, fail)
         got, changed = outcome.output, outcome.changed
         problem = check_output(exercise, case, got, expected[index])
         if problem is None and changed:
             return fail(f"没有通过：{_MUTATED[0]}", f"用例：{case.label}\n调用之后，{'、'.join(map(_clean, changed))}"
                                                  f"的值变了。\n看起来是：{_MUTATED[0]}。{_MUTATED[1]}", _MUTATED[0])
-        if problem is None:
-            continue
-        text, kind = (problem.text, problem.kind) if isinstance(problem, Mismatch) else (problem, "values")
-        lines = [f"用例：{case.label}", text]
-        stage = _first_wrong_stage(exercise, case, got, expected[index])
-        if stage:
-            lines.append(f"第一个和参考不一样的步骤：{stage}。")
-        free = exercise.free(case) if exercise.free else None
-        mistake = _diagnose(exercise, case, got, free)
-        if mistake is None and changed:
-            mistake = Mistake(*_MUTATED)
-        if mistake:
-            lines.append(f"看起来是：{mistake.name}。{mistake.hint}")
-        return fail(f"没有通过：{mistake.name if mistake else _MISMATCH_SUMMARY[kind]}", "\n".join(lines),
-                    mistake.name if mistake else "")
+        if problem is not None:
+            return _wrong(exercise, cases, expected, outcomes, index, problem, fail)
     if len(outcomes) < len(cases):
         return fail("评分进程没有跑完所有用例。")
     return Verdict(exercise.name, exercise.points, exercise.points, "通过")
+
+
+def _raised(exercise: Exercise, case: Case, info, fail) -> Verdict:
+    """The verdict when the student's code raised on ``case``: a known mistake the error shows, else what the
+    error means in the course's terms."""
+    if info.summary == NOT_IMPLEMENTED:
+        return fail(NOT_IMPLEMENTED)
+    lines = [f"用例：{case.label}", _clean(info.details)]
+    said = info.summary + "\n" + info.details
+    mistake = next((m for m in exercise.mistakes if m.error and re.search(m.error, said)), None)
+    if mistake:
+        lines.append(f"看起来是：{mistake.name}。{mistake.hint}")
+    else:
+        meaning = torch_errors.explain(info.summary)
+        if meaning:
+            lines.append(f"这是什么意思：{meaning}")
+    return fail(_clean(info.summary), "\n".join(x for x in lines if x), mistake.name if mistake else "")
+
+
+def _wrong(exercise: Exercise, cases: list[Case], expected: References, outcomes: tuple[Outcome, ...], index: int,
+           problem: Mismatch | str, fail) -> Verdict:
+    """The verdict when case ``index`` is the first with a wrong output: the known mistake that explains every
+    case, or else facts about the output."""
+    case, got, changed = cases[index], outcomes[index].output, outcomes[index].changed
+    text, kind = (problem.text, problem.kind) if isinstance(problem, Mismatch) else (problem, "values")
+    lines = [f"用例：{case.label}", text]
+    stage = _first_wrong_stage(exercise, case, got, expected[index])
+    if stage:
+        lines.append(f"第一个和参考不一样的步骤：{stage}。")
+    returned = [o for o in outcomes if isinstance(o, Ok)]
+    right = [i != index and (i < index or check_output(exercise, cases[i], o.output, expected[i]) is None)
+             for i, o in enumerate(returned)]
+    mistake = diagnosis.named_mistake(exercise, cases, [o.output for o in returned],
+                                      [expected[i] for i in range(len(returned))], right, index)
+    if mistake is None and changed:
+        mistake = Mistake(*_MUTATED)
+    if mistake:
+        lines.append(f"看起来是：{mistake.name}。{mistake.hint}")
+    else:
+        facts = clues.about_output(exercise.reference, case, exercise.graded(got), exercise.graded(expected[index]),
+                                   exercise.tolerance(case.dtype), exercise.output_names)
+        facts.append(clues.about_cases(cases[:len(returned)], right))
+        if len(returned) < len(cases):
+            fits = diagnosis.named_mistake(exercise, cases, [o.output for o in returned],
+                                           [expected[i] for i in range(len(returned))], right, index, raises_too=False)
+            if fits:  # a fact about the cases that ran, not a name: that mistake would not raise where this code did
+                crash = outcomes[len(returned)]
+                said = f"（{crash.info.summary}）" if isinstance(crash, Error) else ""
+                facts.insert(0, f"在跑完的 {len(returned)} 个用例上，你的输出和「{fits.name}」的写法一模一样；可是用例"
+                                f"「{cases[len(returned)].label}」上你的代码出错了{said}，那种写法在那里不会出错："
+                                "这个错误的原因要另外找。")
+        lines += [f"线索：{fact}" for fact in facts if fact]
+    return fail(f"没有通过：{mistake.name if mistake else _MISMATCH_SUMMARY[kind]}", "\n".join(lines),
+                mistake.name if mistake else "")

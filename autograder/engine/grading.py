@@ -23,22 +23,38 @@ OUT_OF_TIME = ("整本 notebook 的评分时间（{cap:g} 秒）已经用完，�
 
 
 def judge(exercise, cells: "list[Cell] | NotebookError", sandbox: Sandbox | None = None,
-          timeout_s: float = limits.EXERCISE_TIMEOUT_S) -> Verdict:
+          timeout_s: float = limits.EXERCISE_TIMEOUT_S, verdicts: dict | None = None) -> Verdict:
     """The verdict on ``exercise`` (an ``Exercise``) for the student's ``cells``; an unreadable notebook
-    fails it with the notebook's message."""
+    fails it with the notebook's message.
+
+    ``verdicts`` (exercise name -> Verdict) holds the verdicts already given on these cells, and gets this one:
+    an exercise built on another the code got wrong is told so (``Exercise.uses``), and each is graded once.
+    """
+    verdicts = {} if verdicts is None else verdicts
+    if verdicts.get(exercise.name) is not None:
+        return verdicts[exercise.name]
     if isinstance(cells, NotebookError):
         return Verdict(exercise.name, 0, exercise.points, str(cells))
+    verdicts[exercise.name] = None  # being graded: a dependency that leads back here is not consulted
+
+    def depends(name: str) -> Verdict | None:
+        if name not in EXERCISES or name in verdicts and verdicts[name] is None:
+            return None
+        return judge(EXERCISES[name], cells, sandbox, timeout_s, verdicts)
+
     # The grader's own torch work (references, known mistakes) on one thread, as in the sandbox: it is small or
     # memory-bound (07 decodes token by token), and threads that wait on each other on a busy machine made
     # it 5-15x slower (measured on two shared cores).
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return grade(exercise, cells, sandbox, timeout_s=timeout_s)
+        verdict = grade(exercise, cells, sandbox, timeout_s=timeout_s, depends=depends)
     except Exception as e:  # noqa: BLE001 - a grader failure is this exercise's zero, never a lost verdict
-        return grader_problem(exercise, f"{type(e).__name__}: {e}")
+        verdict = grader_problem(exercise, f"{type(e).__name__}: {e}")
     finally:
         torch.set_num_threads(threads)
+    verdicts[exercise.name] = verdict
+    return verdict
 
 
 def notebook_cells(data: bytes | None, problem: str, name: str) -> list[Cell] | NotebookError:
@@ -56,13 +72,13 @@ def grade_cells(assignment: str, cells: list[Cell] | NotebookError, sandbox: San
     """The verdict on each exercise of ``assignment``, in order. Once ``cap_s`` seconds are spent (no cap
     when None), the exercises left fail with ``OUT_OF_TIME``."""
     deadline = None if cap_s is None else time.monotonic() + cap_s
-    verdicts = []
+    verdicts, given = [], {}
     for exercise in ASSIGNMENTS[assignment]:
         left = limits.EXERCISE_TIMEOUT_S if deadline is None else deadline - time.monotonic()
         if not isinstance(cells, NotebookError) and left < limits.LEAST_EXERCISE_S:
             verdicts.append(Verdict(exercise.name, 0, exercise.points, OUT_OF_TIME.format(cap=cap_s)))
         else:
-            verdicts.append(judge(exercise, cells, sandbox, min(limits.EXERCISE_TIMEOUT_S, left)))
+            verdicts.append(judge(exercise, cells, sandbox, min(limits.EXERCISE_TIMEOUT_S, left), given))
     return verdicts
 
 

@@ -110,9 +110,12 @@ def _decode(step, cache, x, attention_mask, steps) -> tuple:
     stored = []
     update = cache.update
 
-    def recording_update(*parts):
-        stored.append([size for part in parts for size in part.shape])
-        return update(*parts)
+    def recording_update(*parts, **named):
+        # Forwards whatever the module passes (a cache of its own may take more than (k, v)); records the
+        # shapes of the tensors among them.
+        tensors = [part for part in (*parts, *named.values()) if isinstance(part, torch.Tensor)]
+        stored.append([size for part in tensors for size in part.shape])
+        return update(*parts, **named)
 
     cache.update = recording_update
     outputs, end = [], 0
@@ -136,7 +139,10 @@ def _run_decoder(cls, case: Case, cache_name: str, method: str):
         step = getattr(module, method)
         if steps is None:
             kwargs = {} if attention_mask is None else {"attention_mask": attention_mask}
-            out, _ = pair(step(x, **kwargs), method)
+            out, returned = pair(step(x, **kwargs), method)
+            if returned is not None:
+                raise TypeError(f"不带 cache 调用 {method} 时应返回 (out, None)：返回的 cache 就是传进来的那个，"
+                                f"没有传就是 None，得到的是 {type(returned).__name__}。")
             return out
         return _decode(step, _cache_class(cls, cache_name)(), x, attention_mask, steps)
 
@@ -177,6 +183,9 @@ def call_generate(fn, case: Case) -> tuple:
 
     def record(module, args, named):
         ids = args[0] if args else named.get("input_ids")
+        if isinstance(ids, torch.Tensor) and ids.dim() != 2:
+            raise ValueError(f"第 {len(fed) + 1} 次调用模型时，input_ids 的形状是 {list(ids.shape)}，应是 [B, T] 两维："
+                             "argmax 选出的下一个 token 是 [B]，要写成 argmax(dim=-1, keepdim=True) 或 [:, None] 变成 [B, 1]。")
         fed.append(ids.shape[-1] if isinstance(ids, torch.Tensor) else 0)
 
     def build() -> nn.Module:
@@ -234,6 +243,10 @@ def call_cache(cls, case: Case) -> tuple:
     """A fresh cache, then ``update`` with each (k, v) of the case: its return values and ``len()`` as it goes."""
     (steps,) = case.args
     cache = cls()
+    if len(cache):
+        raise ValueError(f"新建的 {cls.__name__}() 不是空的：len() 是 {len(cache)}，应该是 0。缓存的张量要存在实例上"
+                         "（在 __init__ 里 self.… = …）：写在类属性里的列表是所有实例共用的一份；"
+                         "也看看 len() 数的是不是缓存里的位置数。")
     seen = [len(cache)]
     for k, v in steps:
         seen += [*pair(cache.update(k, v), "update"), len(cache)]
@@ -310,3 +323,8 @@ def _recording(fn, into: list, pick):
 
 PROTOCOLS = {fn.__name__: fn for fn in (call_function, call_module, call_decoder, call_latent_decoder,
                                          call_absorbed_decoder, call_generate, call_cache, call_norm, call_layer)}
+
+# The student's own classes that a protocol hands to the code under test, whatever that code names: the cache
+# a decoder is given, the attention in every layer of the real model.
+PULLED = {"call_decoder": ("KVCache",), "call_latent_decoder": ("LatentKVCache",),
+          "call_absorbed_decoder": ("LatentKVCache",), "call_generate": ("LlamaAttention",)}

@@ -36,7 +36,18 @@ class StudentCode:
     cells: list[Cell]
     compiled: list = field(default_factory=list)
     defined: dict[str, str] = field(default_factory=dict)  # top-level name -> label of its cell
+    refers: dict[str, set[str]] = field(default_factory=dict)  # top-level definition -> the names its body uses
     syntax_errors: dict[str, str] = field(default_factory=dict)  # label -> message
+
+    def reaches(self, name: str) -> tuple[str, ...]:
+        """The notebook's other top-level definitions that ``name`` uses, directly or through one another."""
+        seen, todo = {name}, [name]
+        while todo:
+            for used in sorted(self.refers.get(todo.pop(), ())):
+                if used in self.defined and used not in seen:
+                    seen.add(used)
+                    todo.append(used)
+        return tuple(sorted(seen - {name}))
 
     def cell(self, label: str) -> Cell | None:
         return next((cell for cell in self.cells if cell.label == label), None)
@@ -117,6 +128,10 @@ def student_code(cells: list[Cell]) -> StudentCode:
         for node in kept:
             for name in _names(node):
                 code.defined[name] = label
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                # A name defined again (a notebook's ``class M(M)`` that adds a method) keeps what it used before.
+                used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - {node.name}
+                code.refers.setdefault(node.name, set()).update(used)
     return code
 
 

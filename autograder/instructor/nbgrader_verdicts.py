@@ -40,6 +40,7 @@ class EngineVerdicts(Preprocessor):
             cells = code_cells(nb)
         except NotebookError as e:
             cells = e
+        given = {}
         for cell in nb.cells:
             grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
             if cell.get("cell_type") != "code" or not grade_id.startswith(_TEST_PREFIX):
@@ -47,7 +48,7 @@ class EngineVerdicts(Preprocessor):
             exercise = EXERCISES.get(grade_id.removeprefix(_TEST_PREFIX))
             if exercise is None:
                 continue
-            cell.outputs = [verdict_output(judge(exercise, cells))]
+            cell.outputs = [verdict_output(judge(exercise, cells, verdicts=given))]
             cell.execution_count = None
         return nb, resources
 

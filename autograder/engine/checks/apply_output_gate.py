@@ -21,6 +21,8 @@ def cases() -> list[Case]:
                           (randn(gen, *shape, dtype=dtype), randn(gen, *shape, dtype=dtype, scale=4))))
     found.append(Case("门分数很大（±30）：门应是 0 或 1，不能溢出成 NaN",
                       (randn(gen, 2, 3, 4), randn(gen, 2, 3, 4, scale=30))))
+    found.append(Case("门分数到了 ±100 以上（exp 在 float32 里超过 88 就是 inf）：门还是 0 或 1",
+                      (randn(gen, 2, 4), torch.tensor([[120.0, -120.0, 95.0, -3.0], [0.5, 200.0, -95.0, 89.0]]))))
     return found
 
 
@@ -31,6 +33,8 @@ MISTAKES = (
             lambda out, gate: out * (1 - torch.sigmoid(gate))),
     Mistake("sigmoid 用在了注意力输出上", "sigmoid 只作用在门分数上：attn_out * sigmoid(gate)。",
             lambda out, gate: torch.sigmoid(out) * gate),
+    Mistake("用了 softmax，不是逐元素的 sigmoid", "每个维度的门各自独立地开合：sigmoid(gate) 逐元素算，"
+            "不像 softmax 那样让一行的门加起来等于 1。", lambda out, gate: out * torch.softmax(gate, dim=-1)),
     Mistake("门是加上去的，不是乘上去的", "门逐维相乘：attn_out * sigmoid(gate)。",
             lambda out, gate: out + torch.sigmoid(gate)),
 )

@@ -68,4 +68,5 @@ MISTAKES = (
     Mistake("cos 和 sin 用反了", "x·cos + rotate_half(x)·sin。", lambda x, cos, sin: apply_partial_rope(x, sin, cos)),
 )
 
-EXERCISE = Exercise("apply_partial_rope", 3, apply_partial_rope, cases, MISTAKES)
+EXERCISE = Exercise("apply_partial_rope", 3, apply_partial_rope, cases, MISTAKES,
+                    uses=("apply_rope",))

@@ -27,7 +27,7 @@ def cases() -> list[Case]:
     return found
 
 
-def _interleaved(frequencies):
+def interleaved(frequencies):
     """Adjacent dims (2i, 2i + 1) rotated as a pair, pair i taking the angle ``frequencies(table)[..., i]``."""
     def rotate(x, cos, sin):
         even, odd = x[..., 0::2], x[..., 1::2]
@@ -44,7 +44,7 @@ def _backwards(x, cos, sin):
 MISTAKES = (
     *(Mistake("按相邻两维一组旋转（交错式），不是 rotate-half", "本课程（和 Llama、Qwen 的 Hugging Face 权重）用 rotate-half："
               "第 i 维和第 i + D/2 维配成一对，rotate_half(x) = cat(−x2, x1)。交错式是同一种旋转换了维度的排法，"
-              "两者差一个维度的排列，权重只认其中一种。", _interleaved(columns))
+              "两者差一个维度的排列，权重只认其中一种。", interleaved(columns))
       for columns in (lambda t: t[..., :t.shape[-1] // 2], lambda t: t[..., 0::2])),
     Mistake("rotate_half 的符号反了", "rotate_half(x) = cat(−x2, x1)：(x1, x2) 转 90° 得到 (−x2, x1)。", _backwards),
     Mistake("cos 和 sin 用反了", "x·cos + rotate_half(x)·sin。", lambda x, cos, sin: apply_rope(x, sin, cos)),

@@ -48,6 +48,9 @@ MISTAKES = (
             lambda q, k, v, m=None: attention(q, k, v)),
     Mistake("忘了除以 √D", "分数要用 attention_scores（它会除以 √D）。",
             lambda q, k, v, m=None: _with_weights(masked_softmax(q @ k.transpose(-2, -1), m), v)),
+    Mistake("又除了一次 √D（attention_scores 已经除过了）", "attention_scores 的结果已经除以 √D，"
+            "attention 里直接把它交给 masked_softmax，不要再缩放一次。",
+            lambda q, k, v, m=None: _with_weights(masked_softmax(attention_scores(q, k) / q.shape[-1] ** 0.5, m), v)),
     Mistake("softmax 做在了倒数第二维", "每个 query（每一行）的权重加起来是 1：softmax(dim=-1)。",
             lambda q, k, v, m=None: _with_weights(torch.softmax(
                 attention_scores(q, k).masked_fill(~m if m is not None else torch.zeros((), dtype=torch.bool),
@@ -61,4 +64,5 @@ MISTAKES = (
                                      masked_softmax(attention_scores(q, k), m))),
 )
 
-EXERCISE = Exercise("attention", 3, attention, cases, MISTAKES, output_names=("output（第 1 个返回值）", "weights（第 2 个返回值）"))
+EXERCISE = Exercise("attention", 3, attention, cases, MISTAKES, output_names=("output（第 1 个返回值）", "weights（第 2 个返回值）"),
+                    uses=("attention_scores", "masked_softmax"))

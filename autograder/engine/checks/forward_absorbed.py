@@ -1,6 +1,7 @@
 """Check of ``MultiHeadLatentAttention.forward_absorbed``: the same cases and outputs as ``forward``, computed in
 latent space (``kv_b_proj``'s key part folded into the query, its value part applied after the weighted sum
 of latents)."""
+from autograder.engine.checks import ATTENTION_BASICS
 from autograder.engine.checks.multi_head_latent_attention import OUTPUT_NAMES, SHARED, _variant, cases
 from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs import modules
@@ -28,10 +29,12 @@ def _transposed(read):
     return split_up
 
 
-_AS_IN_OUT = (  # two ways of reading [out, in] as [in, out], each giving [H, nope + v, r]
+_AS_IN_OUT = (  # three ways of reading [out, in] as [in, out], each giving [H, nope + v, r]
     lambda self: self.kv_b_proj.weight.t().reshape(self.num_heads, self.nope + self.v_head_dim, self.kv_lora_rank),
     lambda self: self.kv_b_proj.weight.view(self.kv_lora_rank, self.num_heads, self.nope + self.v_head_dim)
     .permute(1, 2, 0),
+    lambda self: self.kv_b_proj.weight.view(self.num_heads, self.kv_lora_rank, self.nope + self.v_head_dim)
+    .transpose(1, 2),
 )
 
 
@@ -59,4 +62,5 @@ MISTAKES = SHARED + (
 
 EXERCISE = Exercise("forward_absorbed", 4, MultiHeadLatentAttention, cases, MISTAKES, output_names=OUTPUT_NAMES,
                     call=call_absorbed_decoder, defines="MultiHeadLatentAttention",
-                    free=lambda case: modules.padding_query_rows(case.kwargs.get("attention_mask")))
+                    free=lambda case: modules.padding_query_rows(case.kwargs.get("attention_mask")),
+                    uses=("rope_cos_sin", "apply_rope", "LatentKVCache", "split_heads", "merge_heads", *ATTENTION_BASICS))

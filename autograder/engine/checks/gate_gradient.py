@@ -40,6 +40,8 @@ MISTAKES = (
             lambda x, w, r, o, t: (lambda g, err: (err * g * (1 - g)) @ x)(*_parts(x, w, r, o, t))),
     Mistake("符号反了：用了 t − y", "损失是 (y − t)²/2，对 y 的导数是 y − t。",
             lambda x, w, r, o, t: -gate_gradient(x, w, r, o, t)),
+    Mistake("y 里漏了残差 r", "门控之后的输出是 y = r + g·o：残差 r 也在里面，误差是 y − t = r + g·o − t。",
+            lambda x, w, r, o, t: gate_gradient(x, w, torch.zeros_like(r), o, t)),
     Mistake("没有对 token 求和", "w 由所有 token 共用，梯度是每个 token 的贡献之和，形状是 [F]。",
             lambda x, w, r, o, t: (lambda g, err: (err * o * g * (1 - g))[:, None] * x)(*_parts(x, w, r, o, t))),
 )

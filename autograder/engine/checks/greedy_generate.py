@@ -53,9 +53,10 @@ def reference(model, input_ids, max_new_tokens, attention_mask=None):
     return _GENERATED[key][1].clone()
 
 
-def _loop(*, position=-1, shared_cache=False, cached=True, whole_sequence=False):
+def _loop(*, position=-1, shared_cache=False, cached=True, whole_sequence=False, extend_mask=True):
     """Greedy decoding with one thing done wrong: the logits of another ``position``, one cache object for
-    every layer, no cache (each step sees only its new token), or the whole sequence fed again each step."""
+    every layer, no cache (each step sees only its new token), the whole sequence fed again each step, or the
+    attention_mask never extended by the new tokens."""
     def generate(model, input_ids, max_new_tokens, attention_mask=None):
         caches = [KVCache()] * len(model.layers) if shared_cache else [KVCache() for _ in model.layers]
         sequence, step, mask, chosen = input_ids, input_ids, attention_mask, []
@@ -65,7 +66,7 @@ def _loop(*, position=-1, shared_cache=False, cached=True, whole_sequence=False)
             step = logits[:, position].argmax(dim=-1, keepdim=True)
             chosen.append(step)
             sequence = torch.cat([sequence, step], dim=1)
-            if mask is not None:
+            if mask is not None and extend_mask:
                 mask = torch.cat([mask, torch.ones_like(step)], dim=1)
         return torch.cat(chosen, dim=1)
     return generate
@@ -102,6 +103,9 @@ MISTAKES = (
     Mistake("带着缓存把整个序列又送了一遍", _STEP + "缓存里已有的位置再送一遍，它们就在缓存里出现了两次。",
             _loop(whole_sequence=True)),
     Mistake("解码时没有把缓存交给模型", _STEP + "不给 caches，模型看到的就只有这一个 token，前文全丢了。", _loop(cached=False)),
+    Mistake("attention_mask 没有跟着新 token 变长", "attention_mask 盖住缓存里的和新来的所有位置：每生成一个 token，"
+            "就在它后面接一列 1：torch.cat([mask, torch.ones_like(next_token)], dim=1)。",
+            _loop(extend_mask=False)),
     Mistake("取了第一个位置的 logits", "下一个 token 看的是最后一个位置的预测：logits[:, -1]，[B, T, vocab] 里 T 这一维取 −1。",
             _loop(position=0)),
 )
@@ -109,4 +113,5 @@ MISTAKES = (
 OUTPUT_NAMES = ("生成的 token id [B, max_new_tokens]", "模型是否只读了一遍提示词、每个新 token 各一次（带缓存解码）")
 
 EXERCISE = Exercise("greedy_generate", 4, reference, cases, MISTAKES, output_names=OUTPUT_NAMES,
-                    call=call_generate)
+                    call=call_generate,
+                    uses=("LlamaAttention", "KVCache"))

@@ -3,6 +3,7 @@
 decoding through a cache in chunks, with padding and three dtypes."""
 import torch
 
+from autograder.engine.checks import ATTENTION_BASICS
 from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
@@ -107,13 +108,16 @@ def _variant(**steps):
 
 
 MISTAKES = (
-    Mistake("用了 repeat 而不是 repeat_interleave，query 头对错了 KV 头",
+    Mistake("KV 头重复成了 0, 1, 0, 1 的顺序（整组平铺，像 repeat），应是 0, 0, 1, 1",
             "query 头 h 读 KV 头 h // n_rep：KV 头要挨着重复（0, 0, 1, 1），repeat 给的是 (0, 1, 0, 1)。",
             _variant(share=lambda t, n: t.repeat(1, n, 1, 1))),
     Mistake("忽略了 attention_mask（padding 掩码没有生效）",
             "用 padding_mask(attention_mask) 转成 [B, 1, 1, k_len]，和因果掩码用 & 合并。自己写 masked_fill 的话要接住"
             "它的返回值：scores = scores.masked_fill(...)，masked_fill 不会原地修改 scores。",
             _variant(use_padding=False)),
+    Mistake("一个 mask 也没起作用（因果掩码和 padding 都没用上）", "masked_fill 不会原地修改 scores：要写成 "
+            "scores = scores.masked_fill(...)，接住它的返回值；否则因果掩码和 padding 掩码都白算了。",
+            _variant(causal=False, use_padding=False)),
     Mistake("没有加因果掩码", "这个模块总要自己加因果掩码：query 只能看它自己和它之前的位置。"
             "自己写 masked_fill 的话要接住它的返回值，它不会原地修改。", _variant(causal=False)),
     Mistake("带缓存解码时因果掩码没有偏移",
@@ -128,4 +132,5 @@ MISTAKES = (
 
 EXERCISE = Exercise("GroupedQueryAttention", 5, GroupedQueryAttention, cases, MISTAKES, output_names=OUTPUT_NAMES,
                     call=call_decoder,
-                    free=lambda case: modules.padding_query_rows(case.kwargs.get("attention_mask")))
+                    free=lambda case: modules.padding_query_rows(case.kwargs.get("attention_mask")),
+                    uses=("repeat_kv", "KVCache", "split_heads", "merge_heads", *ATTENTION_BASICS))

@@ -72,8 +72,8 @@ class _CountsUpdates(KVCache):
         return self.updates
 
 
-def _length_from(dim):
-    class Wrong(KVCache):
+def _length_from(dim, base=KVCache):
+    class Wrong(base):
         def __len__(self):
             return 0 if self.k is None else self.k.shape[dim]
     return Wrong
@@ -91,6 +91,9 @@ MISTAKES = (
     Mistake("len() 数的是 update 的次数，不是缓存的位置数", "一次 update 可以放进好几个位置（prefill）：len() 是 k.shape[2]。",
             fn=_CountsUpdates),
     Mistake("len() 取错了维度", "缓存的位置数是序列维的长度：k.shape[2]，不是 batch 或头数。", fn=_length_from(0)),
+    # Two mistakes that come together: the cache grows along the heads, and len() counts what grows.
+    Mistake("缓存拼接在了 head 维（dim=1）上，len() 数的也是这一维", _SEQ_DIM + "len() 是序列维的长度 k.shape[2]。",
+            fn=_length_from(1, _concat_on(1))),
 )
 
 EXERCISE = Exercise("KVCache", 2, KVCache, cases, MISTAKES, output_names=OUTPUT_NAMES, call=call_cache)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import torch
 
-from autograder.engine.checks import grouped_query_attention
+from autograder.engine.checks import ATTENTION_BASICS, grouped_query_attention
 from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs import modules, smollm2
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
@@ -119,7 +119,7 @@ MISTAKES = (
     Mistake("解码时 RoPE 的位置从 0 重新开始", "新来的第 i 个 token 在位置 len(cache) + i：rope_cos_sin(len(cache) + "
             "arange(T), ...)。从 0 数的话，新 token 和缓存里最前面的 token 像是站在同一个位置上。",
             _variant(positions_from_cache=False)),
-    Mistake("用了 repeat 而不是 repeat_interleave，query 头对错了 KV 头",
+    Mistake("KV 头重复成了 0, 1, 0, 1 的顺序（整组平铺，像 repeat），应是 0, 0, 1, 1",
             "query 头 h 读 KV 头 h // n_rep：KV 头要挨着重复（0, 0, 0, 1, 1, 1, …），repeat 给的是 (0, 1, 2, 0, 1, 2, …)。",
             _variant(share=lambda t, n: t.repeat(1, n, 1, 1))),
     Mistake("带缓存解码时因果掩码没有偏移", "缓存里已有 k_len − T 个位置时，新来的第 i 个 query 在位置 k_len − T + i："
@@ -147,4 +147,5 @@ BFLOAT16 = Tolerance(atol=0.2, rtol=0.05)
 
 EXERCISE = Exercise("LlamaAttention", 6, LlamaAttention, cases, MISTAKES, output_names=OUTPUT_NAMES,
                     tolerance_overrides={torch.bfloat16: BFLOAT16}, call=call_decoder,
-                    free=lambda case: modules.padding_query_rows(case.kwargs.get("attention_mask")))
+                    free=lambda case: modules.padding_query_rows(case.kwargs.get("attention_mask")),
+                    uses=("rope_cos_sin", "apply_rope", "repeat_kv", "KVCache", "GroupedQueryAttention", "split_heads", "merge_heads", *ATTENTION_BASICS))

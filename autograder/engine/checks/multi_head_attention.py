@@ -5,6 +5,7 @@ import operator
 
 import torch
 
+from autograder.engine.checks import ATTENTION_BASICS
 from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
@@ -105,4 +106,5 @@ MISTAKES = (
 )
 
 EXERCISE = Exercise("MultiHeadAttention", 4, MultiHeadAttention, cases, MISTAKES, call=call_module,
-                    free=lambda case: modules.padding_query_rows(case.kwargs.get("attention_mask")))
+                    free=lambda case: modules.padding_query_rows(case.kwargs.get("attention_mask")),
+                    uses=("split_heads", "merge_heads", *ATTENTION_BASICS))

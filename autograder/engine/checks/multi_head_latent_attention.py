@@ -6,6 +6,8 @@ from types import SimpleNamespace
 
 import torch
 
+from autograder.engine.checks import ATTENTION_BASICS
+from autograder.engine.checks import apply_rope as apply_rope_check
 from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
@@ -156,6 +158,41 @@ def _unnormalised(self, x, cos, sin):
     return latent, apply_rope(k_rope, cos, sin)
 
 
+# DeepSeek's own RoPE: adjacent dims (2i, 2i + 1) turned together by frequency i (the course uses rotate-half).
+_ADJACENT = apply_rope_check.interleaved(lambda table: table[..., :table.shape[-1] // 2])
+
+
+def _adjacent_compress(self, x, cos, sin):
+    latent, k_rope = self.kv_a_proj_with_mqa(x).split([self.kv_lora_rank, self.rope], dim=-1)
+    return self.kv_a_layernorm(latent), _ADJACENT(k_rope, cos, sin)
+
+
+def _adjacent_prepare(self, x, attention_mask, cache):
+    cos, sin = self.positions(x, cache)
+    q_nope, q_rope = self.query(x)
+    latent, k_rope = self.compress(x, cos, sin)
+    if cache is not None:
+        latent, k_rope = cache.update(latent, k_rope)
+    return q_nope, _ADJACENT(q_rope, cos, sin), latent, k_rope, self.mask(x.shape[1], latent.shape[1], attention_mask)
+
+
+def _values_then_keys(self, x, attention_mask=None, cache=None):
+    """Each head's slice of kv_b_proj read as [value | key] instead of [key | value]."""
+    q_nope, q_rope, latent, k_rope, mask = self.prepare(x, attention_mask, cache)
+    kv = self.kv_b_proj(latent).unflatten(-1, (self.num_heads, self.nope + self.v_head_dim)).transpose(1, 2)
+    value, k_nope = kv.split([self.v_head_dim, self.nope], dim=-1)
+    scores = (q_nope @ k_nope.transpose(-2, -1) + q_rope @ k_rope[:, None].transpose(-2, -1)) * self.scale
+    return self.finish(masked_softmax(scores, mask) @ value), cache
+
+
+def _without_rope_term(self, x, attention_mask=None, cache=None):
+    """Scores from the nope (or latent) part alone: the q_rope · k_rope term left out."""
+    q_nope, q_rope, latent, k_rope, mask = self.prepare(x, attention_mask, cache)
+    kv = self.kv_b_proj(latent).unflatten(-1, (self.num_heads, self.nope + self.v_head_dim)).transpose(1, 2)
+    k_nope, value = kv.split([self.nope, self.v_head_dim], dim=-1)
+    return self.finish(masked_softmax(q_nope @ k_nope.transpose(-2, -1) * self.scale, mask) @ value), cache
+
+
 def _positions_from_zero(self, x, cache):
     return rope_cos_sin(torch.arange(x.shape[1]), self.rope, self.rope_theta)
 
@@ -177,6 +214,15 @@ SHARED = (  # mistakes both forward and forward_absorbed can make
     Mistake("用了 1/(√d + √d_rope) 缩放（教程里的写法）", SCALE_HINT + "√d + √d_rope 比 √(d + d_rope) 大，分数被压得太平。",
             _variant(rescale=lambda self: 1 / (math.sqrt(self.nope) + math.sqrt(self.rope)))),
     Mistake("只用 √qk_nope_head_dim 缩放", SCALE_HINT, _variant(rescale=lambda self: self.nope ** -0.5)),
+    Mistake("分数没有缩放", SCALE_HINT, _variant(rescale=lambda self: 1.0)),
+    Mistake("分数里漏了 q_rope · k_rope 这一项", "分数是两部分之和：内容部分（q_nope · k_nope，吸收后是 q_latent · latent）"
+            "加上位置部分 q_rope · k_rope，少了后者，位置信息就没了。",
+            _variant(forward=_without_rope_term, forward_absorbed=_without_rope_term)),
+    Mistake("缩放乘反了：乘了 √(nope + rope)", SCALE_HINT + "缩放是把分数变小。",
+            _variant(rescale=lambda self: (self.nope + self.rope) ** 0.5)),
+    Mistake("RoPE 按相邻两维一组旋转（DeepSeek 原版代码的交错式），不是 rotate-half", "本课程的 apply_rope 是 rotate-half："
+            "第 i 维和第 i + rope/2 维配成一对。DeepSeek 官方代码把相邻两维配对，换到这里的权重和约定就对不上了；"
+            "q_rope 和 k_rope 都用你的 apply_rope。", _variant(compress=_adjacent_compress, prepare=_adjacent_prepare)),
     Mistake("每个头各有一个 rope key", "rope key 是所有头共用的一份：kv_a_proj_with_mqa 输出 kv_lora_rank + qk_rope_head_dim 维，"
             "缓存里每个位置也只多存这 qk_rope_head_dim 个数。", error=r"kv_a_proj_with_mqa\.weight 的形状应是"),
     Mistake("rope key 没有旋转", "query 的 rope 部分和共用的 rope key 都要在各自的位置上转过：apply_rope(k_rope, cos, sin)，"
@@ -199,10 +245,13 @@ MISTAKES = SHARED + (
       for forward in (_rotated_elsewhere(whole_head=False), _rotated_head_start)),
     Mistake("RoPE 转了整个头", "只转 query 的后 qk_rope_head_dim 维和共用的 rope key；转了整个头，nope 部分就没法被吸收进 query。",
             _variant(forward=_rotated_elsewhere(whole_head=True))),
+    Mistake("每个头的 kv_b_proj 输出按 [value | key] 切开了", "每个头自己的那一段里，前 qk_nope_head_dim 维是 key、"
+            "后 v_head_dim 维是 value：kv.split([nope, v], dim=-1)。", _variant(forward=_values_then_keys)),
     Mistake("kv_b_proj 的输出按 [所有头的 key | 所有头的 value] 切开了", "kv_b_proj 的输出按头排：先 view 成 "
             "[B, T, H, nope + v]，每个头自己的那一段里前 nope 维是 key、后 v 维是 value。", _variant(forward=_keys_then_values)),
 )
 
 EXERCISE = Exercise("MultiHeadLatentAttention", 6, MultiHeadLatentAttention, cases, MISTAKES, output_names=OUTPUT_NAMES,
                     call=call_latent_decoder,
-                    free=lambda case: modules.padding_query_rows(case.kwargs.get("attention_mask")))
+                    free=lambda case: modules.padding_query_rows(case.kwargs.get("attention_mask")),
+                    uses=("rope_cos_sin", "apply_rope", "LatentKVCache", "split_heads", "merge_heads", *ATTENTION_BASICS))

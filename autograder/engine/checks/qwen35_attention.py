@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import torch
 
+from autograder.engine.checks import ATTENTION_BASICS
 from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.modules import linear_weights, padding_query_rows
 from autograder.engine.inputs.seeded import dtype_name, generator, randn
@@ -147,7 +148,7 @@ MISTAKES = (
             _PlainWeightNorms),
     Mistake("QK-Norm 放在了 RoPE 之后", "顺序是先 q_norm / k_norm，再做 RoPE。", _variant(position=_norm_after_rope)),
     Mistake("RoPE 转的是最后 rotary_dim 维", "只转每个头的前 rotary_dim 维。", _variant(position=_rope_last_dims)),
-    Mistake("用 repeat 而不是 repeat_interleave 共享 KV 头", "query 头 h 读的是 KV 头 h // n_rep："
+    Mistake("KV 头重复成了 0, 1, 0, 1 的顺序（整组平铺，像 repeat），应是 0, 0, 1, 1", "query 头 h 读的是 KV 头 h // n_rep："
             "repeat_interleave(n_rep, dim=1)，repeat 会把头的顺序排错。",
             _variant(attend=_attend_with(repeat=lambda t, n_rep, dim: t.repeat(1, n_rep, 1, 1)))),
     Mistake("没有因果掩码", "这一层总要自己加因果掩码：query i 只能看 j ≤ i 的 key。",
@@ -167,4 +168,5 @@ STAGES = (("split", "q_norm 收到的 query（应是按头拆出来、还没做 
 assert tuple(key for key, _ in STAGES) == LAYER_STAGES
 
 EXERCISE = Exercise("Qwen35Attention", 6, Qwen35Attention, cases, MISTAKES, call=call_layer,
-                    free=lambda case: padding_query_rows(case.args[5]), stages=STAGES)
+                    free=lambda case: padding_query_rows(case.args[5]), stages=STAGES,
+                    uses=("split_query_gate", "ZeroCenteredRMSNorm", "rope_cos_sin", "apply_rope", "apply_partial_rope", "apply_output_gate", "repeat_kv", "KVCache", "split_heads", "merge_heads", *ATTENTION_BASICS))

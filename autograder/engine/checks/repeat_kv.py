@@ -29,7 +29,7 @@ def cases() -> list[Case]:
 
 
 MISTAKES = (
-    Mistake("用了 repeat 而不是 repeat_interleave，头的顺序错了",
+    Mistake("KV 头重复成了 0, 1, 0, 1 的顺序（整组平铺，像 repeat），应是 0, 0, 1, 1",
             "query 头 h 读 KV 头 h // n_rep：KV 头要挨着重复（0, 0, 1, 1），repeat 给的是 (0, 1, 0, 1)。"
             "用 x.repeat_interleave(n_rep, dim=1)，或 x[:, :, None].expand(...) 再 reshape。",
             lambda x, n: x.repeat(1, n, 1, 1)),

@@ -28,6 +28,15 @@ def _angles(positions, rotary_dim, theta, steps):
     return positions.double()[:, None] * inv_freq[None, :]
 
 
+# Beyond about this many radians, float32 rounding of the angle alone moves a cosine by more than the tolerance.
+FLOAT32_EXACT_ANGLE = 500.0
+
+
+def _largest_reversed_angle(positions, rotary_dim, theta) -> float:
+    """The largest angle of the table with the exponent's sign reversed: max position × theta^((d − 2) / d)."""
+    return float(positions.abs().max()) * theta ** ((rotary_dim - 2) / rotary_dim)
+
+
 def _from_angles(table):
     return table.cos().float(), table.sin().float()
 
@@ -39,8 +48,12 @@ MISTAKES = (
     Mistake("频率没有复制成两份", "freqs 只有 rotary_dim / 2 列，要 cat(freqs, freqs) 拼成 rotary_dim 列。",
             lambda p, d, t: _from_angles(_angles(p, d, t, torch.arange(0, d, 2.0)))),
     Mistake("指数的符号反了", "inv_freq = theta^(−2i/rotary_dim)：频率从 1 开始越来越小。",
-            lambda p, d, t: _from_angles(torch.cat([_angles(p, d, 1 / t, torch.arange(0, d, 2.0))] * 2, -1))),
+            lambda p, d, t: _from_angles(torch.cat([_angles(p, d, 1 / t, torch.arange(0, d, 2.0))] * 2, -1)),
+            tried_on=lambda case: _largest_reversed_angle(*case.args) < FLOAT32_EXACT_ANGLE),
     Mistake("cos 和 sin 的顺序反了", "返回 (cos, sin)。", lambda p, d, t: rope_cos_sin(p, d, t)[::-1]),
+    Mistake("没有用传进来的 positions，而是从 0 数了 len(positions) 个位置", "角度是 positions × inv_freq：解码时"
+            "新 token 的位置是 len(cache) + i，不是从 0 开始，所以要用传进来的 positions 本身。",
+            lambda p, d, t: rope_cos_sin(torch.arange(len(p)), d, t)),
     Mistake("指数用了 arange(0, rotary_dim / 2) 而不是 arange(0, rotary_dim, 2)",
             "第 i 个频率的指数是 2i / rotary_dim。",
             lambda p, d, t: _from_angles(torch.cat([_angles(p, d, t, torch.arange(0, d // 2, 1.0))] * 2, -1))),

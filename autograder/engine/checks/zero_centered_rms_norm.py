@@ -69,6 +69,9 @@ MISTAKES = (
             _variant(native=True), native_dtype=True),
     Mistake("eps 加在了根号外面", "是 rsqrt(mean(x²) + eps)：eps 在根号里面。",
             _variant(normalise=lambda self, x: x / (x.pow(2).mean(dim=-1, keepdim=True).sqrt() + self.eps))),
+    Mistake("均方根是对整个张量求的，不是每个向量各自求", "mean(x²) 只在最后一维上求：x.pow(2).mean(dim=-1, keepdim=True)，"
+            "每个 token（每个头）各有自己的缩放。",
+            _variant(normalise=lambda self, x: x * torch.rsqrt(x.pow(2).mean() + self.eps))),
     Mistake("减去了均值（那是 LayerNorm）", "RMSNorm 不减均值，只除以均方根。",
             _variant(normalise=lambda self, x: (x - x.mean(-1, keepdim=True)) * torch.rsqrt(
                 x.var(-1, keepdim=True, unbiased=False) + self.eps))),

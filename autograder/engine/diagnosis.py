@@ -1,0 +1,121 @@
+"""Which known mistake a wrong answer is, if any: a mistake is named only when it reproduces the student's
+outputs on every case where it could be tried, never on the strength of one case where two mistakes happen to
+give the same numbers (a 1/4 scale can be 1/√16 and 1/(√8 + √8) at once).
+
+A case where a mistake cannot be reproduced to the case's tolerance does not count against it: the mistake
+raises there, it is declared not to define that case's numbers (``Mistake.tried_on``), or its own result in
+the case's dtype and in float64 disagree. Two ways of rounding (bfloat16, float16, mistakes about precision)
+need not agree to the tolerance: there the student's output must lie within a few tolerances of the
+mistake's, or far closer to it than to the reference's.
+
+Cost: every mistake is tried on the first wrong case; only those that reproduce it are tried on the others.
+"""
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from autograder.engine.compare import compare
+from autograder.engine.protocols import Case
+
+if TYPE_CHECKING:  # exercise.py imports this module
+    from autograder.engine.exercise import Exercise, Mistake
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+CLOSER = 0.25  # in low precision, the student's distance to the mistake, at most this share of that to the reference
+NEAR = 4  # ... or at most this many tolerances
+_RAISED = object()
+
+
+def free_positions(exercise: "Exercise", case: Case):
+    return exercise.free(case) if exercise.free else None
+
+
+def _agree(exercise: "Exercise", case: Case, got, wrong) -> bool:
+    return compare(exercise.graded(got), wrong, case.dtype, exercise.tolerance(case.dtype),
+                   names=exercise.output_names, equal_nan=True, free=free_positions(exercise, case)) is None
+
+
+def _output(exercise: "Exercise", mistake: "Mistake", case: Case, native: bool):
+    try:
+        return exercise.graded(exercise.call(mistake.fn, case if native else case.in_float64()))
+    except Exception:  # noqa: BLE001 - a mistake may not even run on this case's shapes
+        return _RAISED
+
+
+def reproduces(exercise: "Exercise", mistake: "Mistake", case: Case, got) -> bool | None:
+    """Whether ``mistake`` gives the student's output ``got`` on ``case``, to the case's tolerance; None when it
+    cannot be tried there (it raises on the case's shapes, or it shows as an error rather than an output)."""
+    if mistake.error is not None:
+        return None
+    if mistake.matches is not None:
+        return bool(mistake.matches(case, got))
+    wrong = _output(exercise, mistake, case, mistake.native_dtype)
+    return None if wrong is _RAISED else _agree(exercise, case, got, wrong)
+
+
+def named_mistake(exercise: "Exercise", cases: Sequence[Case], outputs: Sequence, expected: Sequence,
+                  right: Sequence[bool], first_wrong: int, raises_too: bool = True) -> "Mistake | None":
+    """The first known mistake that reproduces ``outputs[first_wrong]`` and agrees with every other output it can
+    be tried on: the wrong ones, and the right ones too for a mistake given as code (a mistake that would have
+    made a right output wrong is not the student's). ``outputs``, ``expected`` (the reference's results) and
+    ``right`` cover the cases that returned; when the student's code raised on the case after them, a mistake
+    given as code must raise there too (unless not ``raises_too``: what fits the cases that ran)."""
+    raised_on = cases[len(outputs)] if len(outputs) < len(cases) and raises_too else None
+    for mistake in exercise.mistakes:
+        if not reproduces(exercise, mistake, cases[first_wrong], outputs[first_wrong]):
+            continue
+        if raised_on is not None and mistake.fn is not None and \
+                _output(exercise, mistake, raised_on, mistake.native_dtype) is not _RAISED:
+            continue
+        if all(_consistent(exercise, mistake, cases[i], outputs[i], expected[i], right[i])
+               for i in range(len(outputs)) if i != first_wrong):
+            return mistake
+    return None
+
+
+def _consistent(exercise: "Exercise", mistake: "Mistake", case: Case, got, expected, is_right: bool) -> bool:
+    if mistake.error is not None or (mistake.matches is not None and is_right) or \
+            (mistake.tried_on is not None and not mistake.tried_on(case)):
+        return True  # an error pattern, a test of wrong outputs, or a mistake that does not define this case
+    if mistake.matches is not None:
+        return bool(mistake.matches(case, got))
+    wrong = _output(exercise, mistake, case, mistake.native_dtype)
+    if wrong is _RAISED or _agree(exercise, case, got, wrong):
+        return True
+    native = wrong if mistake.native_dtype else _output(exercise, mistake, case, True)
+    if native is _RAISED:
+        return True
+    if not mistake.native_dtype and not _agree(exercise, case, native, wrong):
+        return True  # the mistake's own result depends on rounding here: this case cannot tell
+    if is_right or not (mistake.native_dtype or case.dtype in _LOW_PRECISION):
+        return False
+    tol = exercise.tolerance(case.dtype)
+    apart = _distance(got, native)
+    return apart <= NEAR * (tol.atol + tol.rtol * _magnitude(expected)) or \
+        apart <= CLOSER * _distance(got, exercise.graded(expected))
+
+
+def _magnitude(value) -> float:
+    """The largest finite absolute value among an output's float tensors."""
+    if isinstance(value, (tuple, list)):
+        return max((_magnitude(v) for v in value), default=0.0)
+    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
+        return float(value.double().nan_to_num(0.0, 0.0, 0.0).abs().max())
+    return 0.0
+
+
+def _distance(a, b) -> float:
+    """The largest absolute difference between two outputs of the same structure (inf when they differ in it)."""
+    if isinstance(b, (tuple, list)):
+        if not isinstance(a, (tuple, list)) or len(a) != len(b):
+            return float("inf")
+        return max((_distance(x, y) for x, y in zip(a, b)), default=0.0)
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return 0.0 if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor) and a == b else float("inf")
+    if a.shape != b.shape:
+        return float("inf")
+    if not a.is_floating_point():
+        return float((a != b).any())
+    return float((a.double().nan_to_num(0.0, 1e300, -1e300) - b.double().nan_to_num(0.0, 1e300, -1e300))
+                 .abs().max()) if a.numel() else 0.0

@@ -1,0 +1,65 @@
+"""The PyTorch and Python errors students hit, said in the course's terms: what the message means for the
+tensors of an attention layer, and what to check. ``explain`` reads only the error's text."""
+import re
+
+_RULES = (
+    (r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)",
+     lambda m: f"矩阵乘法（多半是 nn.Linear 投影）两边对不上：输入展平后是 {m[1]}×{m[2]}，它的最后一维 {m[2]} "
+               f"应该等于这一层的输入宽度 {m[3]}。看看送进这一层的张量是不是还没把头拼回去（[B, H, T, D] → "
+               "[B, T, H·D]），或者维度顺序弄反了。"),
+    (r"Expected size for first two dimensions of batch2 tensor to be: \[(\d+), (\d+)\] but got: \[(\d+), (\d+)\]",
+     lambda m: (f"矩阵乘法 A @ B 里，A 的最后一维是 {m[2]}，B 的倒数第二维却是 {m[4]}：两者要相等（乘的时候沿这一维求和）。"
+                "看看右边那个矩阵是不是该转置，或者切出来的那一段宽度对不对。") if m[1] == m[3] else
+               (f"批量矩阵乘法两边的批（最后两维之前所有维合起来）不一样大：左边 {m[1]}，右边 {m[3]}。"
+                "看看两边的 batch 和头数是不是一样。")),
+    (r"The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension (\d+)",
+     lambda m: f"两个张量逐元素运算（+、*、masked_fill、torch.where ……）时形状对不上：对齐之后的第 {m[3]} 维一个是 "
+               f"{m[1]}，一个是 {m[2]}，又都不是 1，没法广播。打印出错那一行两边张量的 shape，对照约定看看是哪一边的"
+               "维度顺序、头数或长度不对（带缓存解码时，key 的长度是缓存里的位置加上新来的）。"),
+    (r"The expanded size of the tensor \((\d+)\) must match the existing size \((\d+)\) at non-singleton dimension (\d+)",
+     lambda m: f"expand 的目标形状在第 {m[3]} 维是 {m[1]}，可张量在这一维的大小是 {m[2]}：只有大小为 1 的维才能 expand。"),
+    (r"Sizes of tensors must match except in dimension (\d+)\. Expected size (\d+) but got size (\d+) for tensor number (\d+)",
+     lambda m: f"torch.cat 沿第 {m[1]} 维拼接，其他各维必须一样大，可第 {int(m[4]) + 1} 个张量在另一维上是 {m[3]}，"
+               f"应该是 {m[2]}。拼 KV 缓存时沿序列维拼（[B, 头数, T, D] 里的 dim=2，即 dim=-2）。"),
+    (r"view size is not compatible with input tensor's size and stride",
+     lambda m: "view 要求张量在内存里是连续的，transpose 或 permute 之后就不是了：先 .contiguous() 再 view，"
+               "或者直接用 reshape。"),
+    (r"shape '\[([-\d, ]*)\]' is invalid for input of size (\d+)",
+     lambda m: f"view/reshape 的目标形状 [{m[1]}] 的元素总数和输入的 {m[2]} 个不相等：检查头数 × head_dim 是否等于"
+               "这一维的宽度，以及 B、T、头数的顺序。"),
+    (r"expected (?:m1 and m2 to have the same dtype|scalar type \w+ but found \w+|both vectors to have same dtype)"
+     r"|mat1 and mat2 must have the same dtype|Expected .* to have the same dtype",
+     lambda m: "参与运算的张量 dtype 不一样（比如一个 float32，一个 bfloat16 或 float64）：中间新建的张量"
+               "（torch.ones、torch.arange、cos/sin 表、mask 的填充值）要用输入的 dtype，写 dtype=x.dtype 或 .to(x.dtype)。"),
+    (r"a leaf Variable that requires grad is being used in an in-place operation",
+     lambda m: "对需要梯度的参数（nn.Parameter）做了原地修改：用不带下划线的运算得到新张量，不要改参数本身。"),
+    (r"(too many|not enough) values to unpack \(expected (\d+)(?:, got (\d+))?\)",
+     lambda m: f"解包时个数不对：这里要拆成 {m[2]} 个值"
+               + (f"，得到的是 {m[3]} 个" if m[3] else "") + "。拆的是一个函数的返回值的话，对照约定看它返回几个值；"
+               "拆的是 x.shape（B, T, _ = x.shape）的话，是这个张量的维数不对。"),
+    (r"Dimension out of range \(expected to be in range of \[(-?\d+), (-?\d+)\], but got (-?\d+)\)",
+     lambda m: f"dim={m[3]} 超出了范围：这个张量只有 {int(m[2]) + 1} 维（能用的 dim 是 {m[1]} 到 {m[2]}）。"
+               "看看它是不是比你以为的少了一维（比如还没拆出头，或者被 squeeze 掉了）。"),
+    (r"'tuple' object has no attribute '(\w+)'",
+     lambda m: f"这里的值是一个 tuple，不是张量，所以没有 .{m[1]}：返回两个值的函数（attention 返回 (output, weights)，"
+               "带 cache 的 forward 返回 (out, cache)）要先解包再用。"),
+    (r"object of type 'NoneType' has no len\(\)",
+     lambda m: "对 None 取了 len()：不带缓存调用时 cache 是 None，先判断 cache is None（这时前面没有已缓存的位置），"
+               "再用 len(cache)。"),
+    (r"'NoneType' object (?:has no attribute '(\w+)'|is not subscriptable|is not iterable)",
+     lambda m: "这里的值是 None：是不是某个函数忘了 return，或者在没有传 cache（cache=None）时也用到了它？"),
+    (r"masked_fill_? only supports boolean masks|expected mask dtype to be Bool",
+     lambda m: "masked_fill 的 mask 要是 bool 张量（True/False）：0/1 的整数 mask 先 .bool()，或者用 == 比较得到。"),
+    (r"unsupported operand type\(s\) for ([^:]+): '(\w+)' and '(\w+)'",
+     lambda m: f"{m[2]} 和 {m[3]} 之间不能做 {m[1].strip()} 运算：看看其中一边是不是 None、tuple 或者一个函数。"),
+)
+
+
+def explain(message: str) -> str | None:
+    """What the error ``message`` (e.g. "RuntimeError: mat1 and mat2 shapes cannot be multiplied (6x8 and
+    16x8)") means for the student's tensors; None when it is not one the course knows."""
+    for pattern, say in _RULES:
+        found = re.search(pattern, message)
+        if found:
+            return say(found)
+    return None

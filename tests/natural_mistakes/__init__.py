@@ -1,0 +1,46 @@
+"""Natural student mistakes, one module per assignment, written from the release notebooks alone.
+
+Each module ``aNN`` has ``ASSIGNMENT`` (the folder name), ``HEADER`` (the imports a student's code needs),
+``CORRECT`` (an independent correct implementation of every graded definition of that assignment and of
+the earlier definitions it uses, by name, in notebook order) and ``ENTRIES`` (a list of ``Entry``).
+``source(module, entry)`` builds the student source text with the entry's replacements applied.
+
+Written from ``release/*.ipynb``, ``COURSE_SPEC.md`` section 3 and ``course/`` only, without reading the
+graders, their mistake catalogue, the reference solutions or the seeded-mistake tests.
+
+Conventions:
+
+- ``CORRECT`` also holds the student's own helpers that graded code calls (``rotate_half`` in 04, 06 and 07;
+  ``RMSNorm`` in 04, as the notebook provides it). In 04 the key ``forward_absorbed`` holds the notebook's
+  ``class MultiHeadLatentAttention(MultiHeadLatentAttention)`` cell that adds the method.
+- ``exercises`` lists the changed graded definitions and every graded definition that calls them: a wrong
+  ``masked_softmax`` also fails ``attention``. In 07, ``greedy_generate`` is taken to be graded with a reference
+  attention but with the ``KVCache`` of the submission, so LlamaAttention's own mistakes list only
+  ``LlamaAttention`` while a wrong ``KVCache`` helper lists both.
+- ``python -m tests.natural_mistakes.verify`` checks every entry against ``CORRECT`` on probes of our own
+  (``probes.py``) and never grades a mistake; ``--grade-correct`` grades the correct sources only.
+"""
+from . import a01, a02, a03, a04, a05, a06, a07
+from .entry import KINDS, Entry, patch
+
+ASSIGNMENTS = (a01, a02, a03, a04, a05, a06, a07)
+
+
+def source(module, entry: Entry | None = None) -> str:
+    """HEADER + every CORRECT definition (with ``entry``'s replacements), joined in the order of CORRECT."""
+    replacements = {} if entry is None else dict(entry.code)
+    unknown = set(replacements) - set(module.CORRECT)
+    if unknown:
+        raise KeyError(f"{entry.id}: replaces definitions not in CORRECT: {sorted(unknown)}")
+    parts = [module.HEADER.rstrip("\n")]
+    for name, text in module.CORRECT.items():
+        parts.append(replacements.get(name, text).strip("\n"))
+    return "\n\n\n".join(parts) + "\n"
+
+
+def all_entries():
+    """(module, entry) for every entry of every assignment."""
+    return [(module, entry) for module in ASSIGNMENTS for entry in module.ENTRIES]
+
+
+__all__ = ["ASSIGNMENTS", "Entry", "KINDS", "all_entries", "patch", "source"]

@@ -1,0 +1,314 @@
+"""03_gqa_kv_cache: KVCache, repeat_kv, GroupedQueryAttention, kv_cache_bytes."""
+from . import a02
+from .entry import Entry, patch
+
+ASSIGNMENT = "03_gqa_kv_cache"
+
+HEADER = a02.HEADER
+
+KVCACHE = '''
+class KVCache:
+    """Keys and values of every position seen so far, [B, Hkv, T_cached, D] each, for one layer."""
+
+    def __init__(self):
+        self.k = None
+        self.v = None
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append k, v [B, Hkv, T_new, D] along the sequence dim; return all cached (k, v)."""
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            self.k = torch.cat([self.k, k], dim=2)
+            self.v = torch.cat([self.v, v], dim=2)
+        return self.k, self.v
+
+    def __len__(self) -> int:
+        """The number of cached positions."""
+        if self.k is None:
+            return 0
+        return self.k.shape[2]
+'''
+
+REPEAT_KV = '''
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """[B, Hkv, T, D] -> [B, Hkv*n_rep, T, D]: query head h reads KV head h // n_rep."""
+    if n_rep == 1:
+        return x
+    return torch.repeat_interleave(x, n_rep, dim=1)
+'''
+
+GQA = '''
+class GroupedQueryAttention(nn.Module):
+    """Causal self-attention in which groups of query heads share key/value heads (MHA, GQA or MQA)."""
+
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int | None = None):
+        super().__init__()
+        if head_dim is None:
+            head_dim = hidden_size // num_heads
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.q_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=False)
+        self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                cache: KVCache | None = None) -> tuple[torch.Tensor, KVCache | None]:
+        seq = x.shape[1]
+        q = split_heads(self.q_proj(x), self.num_heads)
+        k = split_heads(self.k_proj(x), self.num_kv_heads)
+        v = split_heads(self.v_proj(x), self.num_kv_heads)
+        if cache is not None:
+            k, v = cache.update(k, v)
+        k_len = k.shape[2]
+        mask = causal_mask(seq, k_len)
+        if attention_mask is not None:
+            mask = mask & padding_mask(attention_mask)
+        n_rep = self.num_heads // self.num_kv_heads
+        k = repeat_kv(k, n_rep)
+        v = repeat_kv(v, n_rep)
+        out, _ = attention(q, k, v, mask)
+        return self.o_proj(merge_heads(out)), cache
+'''
+
+KV_BYTES = '''
+def kv_cache_bytes(batch: int, seq_len: int, num_layers: int, num_kv_heads: int, head_dim: int,
+                   bytes_per_elem: int) -> int:
+    """Bytes of a KV cache: one key and one value vector per position, KV head and layer."""
+    per_token_per_layer = 2 * num_kv_heads * head_dim
+    return batch * seq_len * num_layers * per_token_per_layer * bytes_per_elem
+'''
+
+CORRECT = {**a02.CORRECT, "KVCache": KVCACHE, "repeat_kv": REPEAT_KV, "GroupedQueryAttention": GQA,
+           "kv_cache_bytes": KV_BYTES}
+
+KC, RK, G, KB = "KVCache", "repeat_kv", "GroupedQueryAttention", "kv_cache_bytes"
+
+CAT_HEADS = patch(KVCACHE, ("self.k = torch.cat([self.k, k], dim=2)", "self.k = torch.cat([self.k, k], dim=1)"),
+                  ("self.v = torch.cat([self.v, v], dim=2)", "self.v = torch.cat([self.v, v], dim=1)"))
+REPEAT_TILED = patch(REPEAT_KV, ("return torch.repeat_interleave(x, n_rep, dim=1)", "return x.repeat(1, n_rep, 1, 1)"))
+NO_OFFSET_GQA = patch(GQA, ("mask = causal_mask(seq, k_len)",
+                            "mask = torch.tril(torch.ones(seq, k_len)).bool()"))
+
+ENTRIES = [
+    # ---- KVCache (GroupedQueryAttention uses it) ----
+    Entry("03-cache-cat-heads-dim", "cascade",
+          "KVCache.update concatenates along dim=1 (the KV-head dim) instead of dim=2 (the sequence dim); "
+          "GroupedQueryAttention is correct but decodes with a cache that grows the wrong way",
+          {KC: CAT_HEADS},
+          (KC, G)),
+    Entry("03-cache-new-before-old", "cascade",
+          "KVCache.update puts the new positions in front of the cached ones (torch.cat([new, old])), so the "
+          "cache is out of order",
+          {KC: patch(KVCACHE, ("self.k = torch.cat([self.k, k], dim=2)", "self.k = torch.cat([k, self.k], dim=2)"),
+                     ("self.v = torch.cat([self.v, v], dim=2)", "self.v = torch.cat([v, self.v], dim=2)"))},
+          (KC, G)),
+    Entry("03-cache-len-counts-updates", "single",
+          "KVCache.__len__ counts calls to update instead of cached positions (a prefill of 3 tokens counts as 1)",
+          {KC: '''
+class KVCache:
+    """Keys and values of every position seen so far, [B, Hkv, T_cached, D] each, for one layer."""
+
+    def __init__(self):
+        self.k = None
+        self.v = None
+        self.steps = 0
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append k, v [B, Hkv, T_new, D] along the sequence dim; return all cached (k, v)."""
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            self.k = torch.cat([self.k, k], dim=2)
+            self.v = torch.cat([self.v, v], dim=2)
+        self.steps += 1
+        return self.k, self.v
+
+    def __len__(self) -> int:
+        """The number of cached positions."""
+        return self.steps
+'''},
+          (KC, G)),
+    Entry("03-cache-returns-new-only", "cascade",
+          "KVCache.update stores the concatenation but returns only the new k, v, so attention sees only the "
+          "newest positions",
+          {KC: '''
+class KVCache:
+    """Keys and values of every position seen so far, [B, Hkv, T_cached, D] each, for one layer."""
+
+    def __init__(self):
+        self.k = None
+        self.v = None
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append k, v [B, Hkv, T_new, D] along the sequence dim; return all cached (k, v)."""
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            self.k = torch.cat([self.k, k], dim=2)
+            self.v = torch.cat([self.v, v], dim=2)
+        return k, v
+
+    def __len__(self) -> int:
+        """The number of cached positions."""
+        if self.k is None:
+            return 0
+        return self.k.shape[2]
+'''},
+          (KC, G)),
+    Entry("03-cache-class-attribute-lists", "cascade",
+          "KVCache keeps its tensors in lists defined as class attributes, so every KVCache() shares one "
+          "storage: a new cache is not empty",
+          {KC: '''
+class KVCache:
+    """Keys and values of every position seen so far, [B, Hkv, T_cached, D] each, for one layer."""
+    keys = []
+    values = []
+
+    def __init__(self):
+        pass
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append k, v [B, Hkv, T_new, D] along the sequence dim; return all cached (k, v)."""
+        self.keys.append(k)
+        self.values.append(v)
+        return torch.cat(self.keys, dim=2), torch.cat(self.values, dim=2)
+
+    def __len__(self) -> int:
+        """The number of cached positions."""
+        return sum(k.shape[2] for k in self.keys)
+'''},
+          (KC, G)),
+    Entry("03-cache-len-empty-crash", "raises",
+          "KVCache.__len__ reads self.k.shape without handling the empty cache, so len(KVCache()) raises "
+          "AttributeError on None",
+          {KC: patch(KVCACHE, ("        if self.k is None:\n            return 0\n        return self.k.shape[2]",
+                               "        return self.k.shape[2]"))},
+          (KC,)),
+    # ---- repeat_kv ----
+    Entry("03-repeat-tiled", "cascade",
+          "repeat_kv uses x.repeat(1, n_rep, 1, 1), which tiles the KV heads (0, 1, 0, 1, ...) instead of "
+          "repeat_interleave's (0, 0, 1, 1, ...), so query head h reads KV head h % Hkv instead of h // n_rep",
+          {RK: REPEAT_TILED},
+          (RK, G)),
+    Entry("03-repeat-interleave-no-dim", "raises",
+          "repeat_kv calls repeat_interleave without dim=1, which flattens the tensor to 1-D",
+          {RK: patch(REPEAT_KV, ("torch.repeat_interleave(x, n_rep, dim=1)", "torch.repeat_interleave(x, n_rep)"))},
+          (RK, G)),
+    Entry("03-repeat-seq-dim", "single",
+          "repeat_kv repeats along dim=2 (the sequence) instead of dim=1 (the heads), returning "
+          "[B, Hkv, T*n_rep, D]",
+          {RK: patch(REPEAT_KV, ("torch.repeat_interleave(x, n_rep, dim=1)", "torch.repeat_interleave(x, n_rep, dim=2)"))},
+          (RK, G)),
+    Entry("03-repeat-expand-wrong-axis", "single",
+          "repeat_kv's expand trick inserts the new axis before the KV-head axis ([B, n_rep, Hkv, T, D]), so "
+          "the merged heads come out tiled (0, 1, 0, 1, ...) like repeat",
+          {RK: '''
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """[B, Hkv, T, D] -> [B, Hkv*n_rep, T, D]: query head h reads KV head h // n_rep."""
+    batch, kv_heads, seq, dim = x.shape
+    x = x[:, None].expand(batch, n_rep, kv_heads, seq, dim)
+    return x.reshape(batch, n_rep * kv_heads, seq, dim)
+'''},
+          (RK, G)),
+    # ---- GroupedQueryAttention ----
+    Entry("03-gqa-mask-not-offset", "single",
+          "GroupedQueryAttention builds its causal mask as a lower triangle from the top-left corner "
+          "(tril of ones(T, k_len)) instead of causal_mask(T, k_len), so with a cache the new token sees only "
+          "key 0",
+          {G: NO_OFFSET_GQA},
+          (G,)),
+    Entry("03-gqa-causal-mask-query-len-only", "raises",
+          "GroupedQueryAttention calls causal_mask(T) without k_len; the [T, T] mask does not match the "
+          "[T, k_len] scores once a multi-token chunk follows cached positions (a shape error)",
+          {G: patch(GQA, ("mask = causal_mask(seq, k_len)", "mask = causal_mask(seq)"))},
+          (G,)),
+    Entry("03-gqa-repeat-before-cache", "single",
+          "GroupedQueryAttention calls repeat_kv before cache.update, so the cache stores num_heads copies "
+          "instead of num_kv_heads heads (the output is right but the cache is n_rep times too large)",
+          {G: patch(GQA, ("        if cache is not None:\n            k, v = cache.update(k, v)\n", ""),
+                    ("        k = repeat_kv(k, n_rep)\n        v = repeat_kv(v, n_rep)\n",
+                     "        k = repeat_kv(k, n_rep)\n        v = repeat_kv(v, n_rep)\n"
+                     "        if cache is not None:\n            k, v = cache.update(k, v)\n"),
+                    ("        k_len = k.shape[2]\n        mask = causal_mask(seq, k_len)\n"
+                     "        if attention_mask is not None:\n            mask = mask & padding_mask(attention_mask)\n", ""),
+                    ("        out, _ = attention(q, k, v, mask)\n",
+                     "        mask = causal_mask(seq, k.shape[2])\n"
+                     "        if attention_mask is not None:\n            mask = mask & padding_mask(attention_mask)\n"
+                     "        out, _ = attention(q, k, v, mask)\n"))},
+          (G,)),
+    Entry("03-gqa-ignores-head-dim", "single",
+          "GroupedQueryAttention ignores the head_dim argument and always uses hidden_size // num_heads",
+          {G: patch(GQA, ("        if head_dim is None:\n            head_dim = hidden_size // num_heads\n",
+                          "        head_dim = hidden_size // num_heads\n"))},
+          (G,)),
+    Entry("03-gqa-kv-proj-full-width", "raises",
+          "GroupedQueryAttention sizes k_proj and v_proj as num_heads * head_dim (like MHA) instead of "
+          "num_kv_heads * head_dim; splitting them into num_kv_heads heads gives the wrong head_dim",
+          {G: patch(GQA, ("self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=False)",
+                          "self.k_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=False)"),
+                    ("self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=False)",
+                     "self.v_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=False)"))},
+          (G,)),
+    Entry("03-gqa-ignores-padding", "single",
+          "GroupedQueryAttention never uses attention_mask, so padded positions are attended to",
+          {G: patch(GQA, ("        if attention_mask is not None:\n            mask = mask & padding_mask(attention_mask)\n", ""))},
+          (G,)),
+    Entry("03-gqa-creates-cache", "single",
+          "GroupedQueryAttention creates a new KVCache when cache is None and returns it, instead of returning "
+          "None without a cache",
+          {G: patch(GQA, ("        if cache is not None:\n            k, v = cache.update(k, v)\n",
+                          "        if cache is None:\n            cache = KVCache()\n        k, v = cache.update(k, v)\n"))},
+          (G,)),
+    Entry("03-gqa-returns-out-only", "raises",
+          "GroupedQueryAttention.forward returns only the output tensor, not the pair (out, cache)",
+          {G: patch(GQA, ("return self.o_proj(merge_heads(out)), cache", "return self.o_proj(merge_heads(out))"))},
+          (G,)),
+    Entry("03-gqa-k-len-before-update", "raises",
+          "GroupedQueryAttention takes k_len = len(cache) before calling cache.update, i.e. only the positions "
+          "cached before this call, so causal_mask(T, k_len) lacks the T new key columns and does not match "
+          "the [T, len(cache) + T] scores",
+          {G: patch(GQA, ("        if cache is not None:\n            k, v = cache.update(k, v)\n        k_len = k.shape[2]\n",
+                          "        k_len = seq if cache is None else len(cache)\n"
+                          "        if cache is not None:\n            k, v = cache.update(k, v)\n"))},
+          (G,)),
+    # ---- kv_cache_bytes ----
+    Entry("03-bytes-no-factor-two", "single",
+          "kv_cache_bytes forgets the factor 2 for keys and values (counts only the keys)",
+          {KB: patch(KV_BYTES, ("per_token_per_layer = 2 * num_kv_heads * head_dim", "per_token_per_layer = num_kv_heads * head_dim"))},
+          (KB,)),
+    Entry("03-bytes-float", "single",
+          "kv_cache_bytes returns a float, not a Python int: it counts bits and converts with / 8",
+          {KB: patch(KV_BYTES, ("return batch * seq_len * num_layers * per_token_per_layer * bytes_per_elem",
+                                "bits = batch * seq_len * num_layers * per_token_per_layer * bytes_per_elem * 8\n    return bits / 8"))},
+          (KB,)),
+    # ---- two mistakes ----
+    Entry("03-double-cat-heads-and-tiled-repeat", "double",
+          "two mistakes: KVCache.update concatenates along dim=1 (heads) instead of dim=2, and repeat_kv tiles "
+          "with repeat instead of repeat_interleave",
+          {KC: CAT_HEADS, RK: REPEAT_TILED},
+          (KC, RK, G)),
+    Entry("03-double-no-offset-and-no-factor-two", "double",
+          "two mistakes: GroupedQueryAttention's causal mask is not offset by the cached length, and "
+          "kv_cache_bytes forgets the factor 2 for keys and values",
+          {G: NO_OFFSET_GQA,
+           KB: patch(KV_BYTES, ("per_token_per_layer = 2 * num_kv_heads * head_dim", "per_token_per_layer = num_kv_heads * head_dim"))},
+          (G, KB)),
+    Entry("03-double-gqa-tiled-and-no-padding", "double",
+          "two mistakes in GroupedQueryAttention: it shares KV heads with x.repeat (tiled, not interleaved) "
+          "instead of calling repeat_kv, and it never uses attention_mask",
+          {G: patch(GQA, ("        if attention_mask is not None:\n            mask = mask & padding_mask(attention_mask)\n", ""),
+                    ("        k = repeat_kv(k, n_rep)\n        v = repeat_kv(v, n_rep)\n",
+                     "        k = k.repeat(1, n_rep, 1, 1)\n        v = v.repeat(1, n_rep, 1, 1)\n"))},
+          (G,)),
+    Entry("03-double-new-before-old-and-float-bytes", "double",
+          "two mistakes: KVCache.update puts the new positions in front of the cached ones, and kv_cache_bytes "
+          "returns a float (bits / 8) instead of an int",
+          {KC: patch(KVCACHE, ("self.k = torch.cat([self.k, k], dim=2)", "self.k = torch.cat([k, self.k], dim=2)"),
+                     ("self.v = torch.cat([self.v, v], dim=2)", "self.v = torch.cat([v, self.v], dim=2)")),
+           KB: patch(KV_BYTES, ("return batch * seq_len * num_layers * per_token_per_layer * bytes_per_elem",
+                                "bits = batch * seq_len * num_layers * per_token_per_layer * bytes_per_elem * 8\n    return bits / 8"))},
+          (KC, G, KB)),
+]

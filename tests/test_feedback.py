@@ -1,0 +1,244 @@
+"""Feedback on mistakes nobody listed: a name only when it explains every case, the broken base named before
+the exercise built on it, facts about the output when no name fits, and PyTorch's errors in the course's terms."""
+import itertools
+import math
+
+import pytest
+import torch
+
+from autograder.engine import clues, limits, torch_errors
+from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
+from autograder.engine.compare import compare
+from autograder.engine.grading import grade_cells, judge
+from autograder.engine.student_code import Cell
+from tests import student_code as student_01
+from tests import student_code_03, student_code_04
+
+REAL_MODEL = {e.name for e in ASSIGNMENTS["07_real_model"]}
+
+
+def _cells(source: str) -> list[Cell]:
+    return [Cell("代码单元 #1", source)]
+
+
+def _code_01(**replace) -> str:
+    return student_01.HEADER + "\n".join({**student_01.CORRECT_01, **replace}.values())
+
+
+def _verdicts(assignment: str, source: str, sandbox) -> dict:
+    return {v.exercise: v for v in grade_cells(assignment, _cells(source), sandbox)}
+
+
+@pytest.mark.parametrize("exercise", EXERCISES.values(), ids=list(EXERCISES))
+def test_no_two_known_mistakes_give_the_same_outputs_on_every_case(exercise, request):
+    """A name is only as good as the cases that tell it from the others: every known mistake given as code
+    differs from the reference on some case, and from every other such mistake on some case."""
+    if exercise.name in REAL_MODEL:
+        request.getfixturevalue("smollm2_weights")
+    cases = exercise.cases()
+    outputs = {}
+    for mistake in (m for m in exercise.mistakes if m.fn is not None):
+        results = []
+        for case in cases:
+            try:
+                results.append(exercise.graded(exercise.call(mistake.fn, case.in_float64())))
+            except Exception:  # noqa: BLE001 - a mistake may not run on every case's shapes
+                results.append(None)
+        outputs[mistake.name] = results
+    reference = [exercise.graded(exercise.call(exercise.reference, case.in_float64())) for case in cases]
+
+    def differ(a, b, case) -> bool:
+        if a is None or b is None:
+            return a is not b
+        return compare(a, b, case.dtype, exercise.tolerance(case.dtype), equal_nan=True) is not None
+
+    for name, results in outputs.items():
+        assert any(differ(r, want, c) for r, want, c in zip(results, reference, cases)), \
+            f"{exercise.name}: the mistake {name!r} gives the reference's output on every case"
+    for (a, ra), (b, rb) in itertools.combinations(outputs.items(), 2):
+        assert any(differ(x, y, c) for x, y, c in zip(ra, rb, cases)), \
+            f"{exercise.name}: no case tells {a!r} from {b!r}"
+
+
+def test_every_dependency_is_an_exercise_of_the_course():
+    for exercise in EXERCISES.values():
+        assert set(exercise.uses) <= set(EXERCISES) - {exercise.name}, exercise.name
+
+
+def test_a_scale_that_equals_a_known_one_on_one_case_is_not_named(sandbox):
+    """Megatron-LM #1501 scales MLA scores by 1/√(hidden/heads). On the first MLA case that equals the
+    tutorial's 1/(√d + √d_rope); the cases after it tell them apart, so neither scale is named."""
+    source = student_code_04.notebook_code({"MultiHeadLatentAttention": student_code_04._mla().replace(
+        "self.softmax_scale = 1.0 / math.sqrt(d_qk)",
+        "self.softmax_scale = 1.0 / math.sqrt(config.hidden_size / self.n_heads)")})
+    verdict = judge(EXERCISES["MultiHeadLatentAttention"], _cells(source), sandbox)
+    assert not verdict.passed
+    assert verdict.mistake == "" and "看起来是" not in verdict.details, verdict.message
+
+
+def test_d_to_the_one_half_is_not_called_a_forgotten_scale(sandbox):
+    """``d ** 1/2`` is d / 2: right when D = 4, a factor 2/√D otherwise. It is not "忘了除以 √D"; the clue gives
+    the factor."""
+    source = _code_01(attention_scores='''
+def attention_scores(q, k):
+    d = q.shape[-1]
+    return q @ k.transpose(-2, -1) / d ** 1/2
+''')
+    verdict = judge(EXERCISES["attention_scores"], _cells(source), sandbox)
+    assert not verdict.passed and verdict.mistake == "", verdict.message
+    assert "线索：整个输出正好是参考的" in verdict.details, verdict.message
+
+
+def test_a_correct_exercise_on_a_broken_helper_names_the_helper(sandbox):
+    broken = student_01.CORRECT_01["masked_softmax"].replace("dim=-1", "dim=-2")
+    verdicts = _verdicts("01_attention_basics", _code_01(masked_softmax=broken), sandbox)
+    assert not verdicts["masked_softmax"].passed
+    attention = verdicts["attention"]
+    assert not attention.passed
+    assert "masked_softmax" in attention.summary and attention.mistake == "", attention.message
+    # The helper's own diagnosis is repeated; none of attention's own is attempted on top of it.
+    assert verdicts["masked_softmax"].summary in attention.details and attention.details.count("看起来是") == 1
+
+
+def test_a_helper_the_exercise_does_not_call_is_not_blamed(sandbox):
+    broken = student_01.CORRECT_01["masked_softmax"].replace("dim=-1", "dim=-2")
+    own_softmax = '''
+def attention(q, k, v, mask=None):
+    scores = attention_scores(q, k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return weights @ v, weights
+'''
+    verdicts = _verdicts("01_attention_basics", _code_01(masked_softmax=broken, attention=own_softmax), sandbox)
+    assert not verdicts["masked_softmax"].passed and verdicts["attention"].passed, verdicts["attention"].message
+
+
+def test_a_helper_reached_through_another_function_is_found(sandbox):
+    """The exercise calls a function of the student's own, which calls the broken helper."""
+    broken = student_01.CORRECT_01["masked_softmax"].replace("dim=-1", "dim=-2")
+    through = '''
+def _weights(q, k, mask):
+    return masked_softmax(attention_scores(q, k), mask)
+
+def attention(q, k, v, mask=None):
+    weights = _weights(q, k, mask)
+    return weights @ v, weights
+'''
+    verdicts = _verdicts("01_attention_basics", _code_01(masked_softmax=broken, attention=through), sandbox)
+    assert "masked_softmax" in verdicts["attention"].summary, verdicts["attention"].message
+
+
+def test_a_cache_that_takes_more_arguments_is_called_as_the_module_calls_it(sandbox):
+    """The decode check records what the module hands its cache, and forwards every argument."""
+    cache = student_code_03.CORRECT["KVCache"].replace("def update(self, k, v):", "def update(self, k, v, layer=None):")
+    module = student_code_03.CORRECT["GroupedQueryAttention"].replace(
+        "k, v = cache.update(k, v)", "k, v = cache.update(k, v, layer=0)")
+    assert module != student_code_03.CORRECT["GroupedQueryAttention"]
+    source = student_code_03.notebook_code({"KVCache": cache, "GroupedQueryAttention": module})
+    verdict = judge(EXERCISES["GroupedQueryAttention"], _cells(source), sandbox)
+    assert verdict.passed, verdict.message
+
+
+def _raised(fn) -> str:
+    with pytest.raises(Exception) as caught:
+        fn()
+    return f"{type(caught.value).__name__}: {caught.value}"
+
+
+ERRORS = {
+    "matmul": (lambda: torch.nn.Linear(16, 8)(torch.zeros(2, 3, 8)), "最后一维 8 应该等于这一层的输入宽度 16"),
+    "bmm": (lambda: torch.zeros(2, 3, 4) @ torch.zeros(2, 6, 5), "A 的最后一维是 4，B 的倒数第二维却是 6"),
+    "broadcast": (lambda: torch.zeros(2, 4, 3, 3) + torch.zeros(2, 2, 3, 3), "第 1 维一个是 4，一个是 2"),
+    "cat": (lambda: torch.cat([torch.zeros(1, 2, 3, 4), torch.zeros(1, 3, 3, 4)], dim=2), "torch.cat 沿第 2 维"),
+    "view": (lambda: torch.zeros(2, 3, 4, 5).transpose(1, 2).view(2, 4, 15), "contiguous"),
+    "reshape": (lambda: torch.zeros(2, 3, 8).view(2, 3, 4, 3), "目标形状 [2, 3, 4, 3]"),
+    "dtype": (lambda: torch.zeros(2, 3) @ torch.zeros(3, 2, dtype=torch.float64), "dtype 不一样"),
+    "bf16 linear": (lambda: torch.nn.Linear(4, 4)(torch.zeros(2, 4, dtype=torch.bfloat16)), "dtype 不一样"),
+    "unpack": (lambda: _unpack(), "要拆成 2 个值"),
+    "dim": (lambda: torch.zeros(2, 3).softmax(dim=3), "这个张量只有 2 维"),
+    "tuple": (lambda: (torch.zeros(1), torch.zeros(1)).transpose(0, 1), "tuple，不是张量"),
+    "None": (lambda: None.shape, "这里的值是 None"),
+    "bool mask": (lambda: torch.zeros(2, 2).masked_fill(torch.ones(2, 2), 0.0), "bool 张量"),
+}
+
+
+def _unpack():
+    a, b = torch.zeros(3)
+    return a, b
+
+
+@pytest.mark.parametrize("what", ERRORS)
+def test_pytorchs_errors_are_told_in_the_courses_terms(what):
+    make, said = ERRORS[what]
+    meaning = torch_errors.explain(_raised(make))
+    assert meaning is not None and said in meaning, meaning
+
+
+def test_a_raising_exercise_gets_the_meaning_of_its_error(sandbox):
+    """KV heads repeated along the sequence (prime-rl #2681): the scores cannot be formed."""
+    source = student_code_03.notebook_code({"repeat_kv": '''
+def repeat_kv(x, n_rep):
+    return torch.repeat_interleave(x, n_rep, dim=2)
+'''})
+    verdict = judge(EXERCISES["GroupedQueryAttention"], _cells(source), sandbox)
+    assert not verdict.passed
+    assert "repeat_kv" in verdict.summary or "这是什么意思" in verdict.details, verdict.message
+
+
+CLUES = {
+    "a factor of √D": (lambda w: w * math.sqrt(8), "正好是参考的 2.82843 倍，也就是 √8（q 的最后一维 8"),
+    "the sign": (lambda w: -w, "符号全反了"),
+    "axes swapped": (lambda w: w.transpose(-1, -2).contiguous(), "第 2 维和第 3 维对调了"),
+    "a shift": (lambda w: w.roll(1, -2), "错开了 1 个位置"),
+    "some positions": (lambda w: torch.cat([w[..., :2], w[..., 2:] + 1], -1), "错只出在第 3 维（大小 4）的 2 个位置上：2–3"),
+}
+
+
+@pytest.mark.parametrize("what", CLUES)
+def test_a_clue_states_what_is_true_of_the_output(what):
+    change, said = CLUES[what]
+    case = EXERCISES["attention_scores"].cases()[2]
+    want = EXERCISES["attention_scores"].call(EXERCISES["attention_scores"].reference, case.in_float64())
+    if what == "some positions":
+        want = want[..., :4, :4]
+    got = change(want.double()).float()
+    found = clues.about_output(EXERCISES["attention_scores"].reference, case, got, want,
+                               EXERCISES["attention_scores"].tolerance(torch.float32))
+    assert any(said in clue for clue in found), (found, case.label)
+
+
+def test_which_cases_came_out_right_is_said():
+    cases = EXERCISES["causal_mask"].cases()[:3]
+    said = clues.about_cases(cases, [True, False, True])
+    assert said.startswith("3 个跑完的用例里对了 2 个") and cases[1].label in said.split("错的：")[1]
+
+
+def test_a_huge_string_with_terminal_escapes_reaches_no_channel_whole(sandbox):
+    """A returned string of 20 M characters with escapes: every text of the verdict is cleaned and capped, so the
+    terminal, results.json, the class store, feedback pages and nbgrader cells only ever see that."""
+    source = '''
+def attention_scores(q, k):
+    return "\\x1b[2J\\x1b[31m" + "A" * 20_000_000
+'''
+    verdict = judge(EXERCISES["attention_scores"], _cells(source), sandbox)
+    assert not verdict.passed and not verdict.grader_problem
+    for text, cap in ((verdict.summary, limits.SUMMARY_CHARS), (verdict.details, limits.MESSAGE_CHARS)):
+        assert len(text) <= cap and "\x1b" not in text, text[:200]
+
+
+def test_an_output_with_one_entry_too_many_is_said_so():
+    want = torch.tensor([[5, 7, 9]])
+    (said,) = clues.about_output(EXERCISES["greedy_generate"].reference, EXERCISES["attention_scores"].cases()[0],
+                                 (torch.tensor([[5, 7, 9, 11]]), torch.tensor(True)), (want, torch.tensor(True)),
+                                 EXERCISES["attention_scores"].tolerance(torch.float32))
+    assert said.startswith("沿第 1 维，前 3 个都和参考一样，只是多了 1 个"), said
+
+
+def test_a_class_defined_again_keeps_what_it_used_before():
+    """A notebook's ``class M(M)`` cell adds a method: M still reaches what the first definition used."""
+    from autograder.engine.student_code import student_code
+
+    code = student_code([Cell("代码单元 #1", "def f():\n    return 1\n\nclass M:\n    def a(self):\n        return f()\n"),
+                         Cell("代码单元 #2", "class M(M):\n    def b(self):\n        return 2\n")])
+    assert code.reaches("M") == ("f",)
