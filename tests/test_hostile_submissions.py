@@ -5,8 +5,12 @@ Each attack would earn the points, or harm the grader, if its wall were down: it
 uses it, or it reaches for something outside its sandbox. Every test asserts both that the attack failed
 and that grading went on. Attacks replace ``attention_scores`` of an otherwise correct 01 notebook.
 """
+import json
 import os
+import re
 import socket
+import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +19,8 @@ from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from autograder.engine.checks import attention_scores as scores_check
 from autograder.engine.exercise import grade
 from autograder.engine.sandbox import landlock
-from autograder.engine.sandbox.client import Sandbox
+from autograder.engine.sandbox.client import Sandbox, shared
+from autograder.engine.sandbox.report import MAGIC, from_bytes
 from autograder.engine.student_code import Cell
 from course.layout import ROOT as REPO
 from tests.student_code import notebook_code
@@ -279,7 +284,7 @@ FORGE = '''
 import os, torch, io
 def attention_scores(q, k):
     buffer = io.BytesIO()
-    torch.save({"defined": {"attention_scores": "代码单元 #1"}, "syntax_errors": {}, "outcomes": [["ok", "full marks", []]] * 99}, buffer)
+    torch.save({"defined": {"attention_scores": "代码单元 #1"}, "syntax_errors": {}, "reaches": [], "outcomes": [["ok", "full marks", []]] * 99}, buffer)
     for fd in range(3, 64):
         try:
             os.write(fd, len(buffer.getvalue()).to_bytes(8, "big") + buffer.getvalue())
@@ -295,6 +300,80 @@ def test_forged_results_fail_the_exercise():
     assert "格式不对" in verdict.message or "类型不对" in verdict.message, verdict.message
 
 
+# Reports in the sandbox's own format whose tensor records claim more than they hold: a reader that believed
+# them would allocate what they claim (64 MiB of output could claim ~64 GiB), the way torch.load inflated a
+# 1.5 GiB tensor deflated into 1.5 MB of zip.
+CLAIMS = {
+    "a 1.5 GiB tensor": (["tensor", "float32", [3 * 2**27], 3 * 2**29], b""),
+    "tensors adding up to more than the cap": (["tuple", *[["tensor", "uint8", [2**24], 2**24]] * 5], b""),
+    "a huge shape in a few bytes": (["tensor", "float32", [2**40, 2**40], 16], bytes(16)),
+    "a truncated buffer": (["tensor", "float32", [2**20], 2**22], bytes(100)),
+}
+
+
+def claiming(output: list, buffers: bytes) -> str:
+    """An attack that writes, as its report, one ok outcome whose output is the header's JSON ``output``."""
+    header = json.dumps({"defined": {"attention_scores": "代码单元 #1"}, "syntax_errors": {}, "reaches": ["list"],
+                         "outcomes": ["list", ["list", "ok", output, ["list"]]]}).encode()
+    data = MAGIC + struct.pack(">I", len(header)) + header + buffers
+    return f'''
+import os
+def attention_scores(q, k):
+    data = {data!r}
+    for fd in range(3, 64):
+        try:
+            os.write(fd, len(data).to_bytes(8, "big") + data)
+        except OSError:
+            pass
+    os._exit(0)
+'''
+
+
+class _Keeping:
+    """The shared sandbox, keeping the last answer it gave."""
+
+    def __init__(self):
+        self.answer = None
+
+    def run(self, job, timeout_s):
+        self.answer = shared().run(job, timeout_s)
+        return self.answer
+
+
+class _Replaying:
+    """A stand-in sandbox that gives an answer again: the grader's own share of the work, alone."""
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def run(self, job, timeout_s):
+        return self.answer
+
+
+def _peak_memory_growth(action) -> int:
+    """How many bytes above its resident memory this process's peak rose while ``action`` ran (Linux)."""
+    def peak() -> int:
+        return int(re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
+
+    Path("/proc/self/clear_refs").write_text("5")  # resets the peak to the memory resident now
+    before = peak()
+    action()
+    return peak() - before
+
+
+@pytest.mark.parametrize("claim", CLAIMS)
+def test_a_report_that_claims_more_than_it_holds_is_refused_at_once(claim):
+    keeping = _Keeping()
+    verdicts = []
+    growth = _peak_memory_growth(lambda: verdicts.append(graded(claiming(*CLAIMS[claim]), keeping)))
+    assert not verdicts[0].passed and not verdicts[0].grader_problem
+    assert "格式不对" in verdicts[0].message, verdicts[0].message
+    assert growth < 64 * 2**20, f"the grader's peak memory rose by {growth / 2**20:.0f} MiB"
+    start = time.perf_counter()
+    again = graded(claiming(*CLAIMS[claim]), _Replaying(keeping.answer))
+    assert time.perf_counter() - start < 0.5 and "格式不对" in again.message
+
+
 def test_an_honest_notebook_after_the_attacks_gets_full_marks():
     """The attacks on the sandbox itself (its server, its answers, its processes, its caps), one after another
     on one fresh sandbox: afterwards it grades an honest notebook as before."""
@@ -302,20 +381,18 @@ def test_an_honest_notebook_after_the_attacks_gets_full_marks():
     sandbox = Sandbox()
     try:
         attacked = [graded(source, sandbox, timeout_s=1) for source in
-                    [KILL, FORGE, LEFTOVER.format(name="attn-leftover-2"), *(CAPPED[c][0] for c in caps)]]
+                    [KILL, FORGE, claiming(*CLAIMS["a 1.5 GiB tensor"]), LEFTOVER.format(name="attn-leftover-2"),
+                     *(CAPPED[c][0] for c in caps)]]
         verdicts = [grade(e, [Cell("代码单元 #1", notebook_code())], sandbox=sandbox) for e in FIRST]
     finally:
         sandbox.stop()
-    assert [v.passed for v in attacked] == [True, False, False, *[False] * len(caps)], [v.message for v in attacked]
+    assert [v.passed for v in attacked] == [True, False, False, False, *[False] * len(caps)], \
+        [v.message for v in attacked]
     assert all(v.passed for v in verdicts), [v.message for v in verdicts]
 
 
 def test_the_fork_server_holds_no_answer():
     """What a run finds in memory: the code that calls it, never a reference, a check or a known mistake."""
-    import io
-
-    import torch
-
     from autograder.engine.protocols import Case
 
     spy = '''
@@ -330,8 +407,7 @@ def look(x):
                               "cases": [Case("spy", (0,))]}, timeout_s=10)
     finally:
         sandbox.stop()
-    report = torch.load(io.BytesIO(answer.data), weights_only=True)
-    modules = set(report["outcomes"][0][1])
+    modules = set(from_bytes(answer.data, cases=1).outcomes[0].output)
     assert {"autograder.engine.protocols", "autograder.engine.sandbox.harness"} <= modules  # the spy does see modules
     assert not {m for m in modules if m.startswith(("solutions", "autograder.engine.checks", "autograder.engine.exercise",
                                                     "autograder.engine.assignments"))}, modules

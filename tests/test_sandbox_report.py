@@ -5,26 +5,34 @@ import dataclasses
 import io
 import json
 import os
+import struct
 
 import pytest
 import torch
 
+from autograder.engine import limits
 from autograder.engine.assignments import EXERCISES
 from autograder.engine.checks import greedy_generate
+from autograder.engine.compare import compare
 from autograder.engine.exercise import grade
 from autograder.engine.protocols import Case
+from autograder.engine.sandbox import harness
 from autograder.engine.sandbox.client import Answer, Sandbox
 from autograder.engine.sandbox.report import (
+    DTYPES,
+    MAGIC,
     Error,
     ErrorInfo,
     GraderError,
     Malformed,
     Ok,
     Report,
+    TooBig,
     from_bytes,
     from_plain,
 )
 from autograder.engine.student_code import Cell
+from autograder.engine.tolerances import for_dtype
 from autograder.instructor.classroom.results_store import NotebookResult, ResultStore
 from course import smollm2
 from course.cache import CACHE_ENV
@@ -36,31 +44,61 @@ REPORTS = {
     "outcomes": Report({"f": "代码单元 #1"}, {"代码单元 #2": "第 1 行：invalid syntax"},
                        outcomes=(Ok(OUTPUT, ("参数 q",)), Ok(torch.zeros(0)), Error(ErrorInfo("运行出错", "第 3 行")))),
     "grader": Report({"f": "代码单元 #1"}, {}, outcomes=(Ok(1), GraderError("读不到模型"))),
+    "reaches": Report({"f": "代码单元 #1", "g": "代码单元 #2"}, {}, outcomes=(Ok(1),), reaches=("g",)),
     "error": Report({}, {}, error=ErrorInfo("执行 notebook 里的定义时出错")),
     "not defined": Report({"g": "代码单元 #1"}, {}),
 }
 
 
+def _nested(depth: int, value=()):
+    """``value`` inside ``depth`` tuples."""
+    for _ in range(depth):
+        value = (value,)
+    return value
+
+
 def _same(a, b) -> bool:
-    """Equal plain data, tensors compared by dtype and value, tuples and lists told apart."""
+    """Equal plain data: tensors by dtype, shape and every bit, floats by repr (NaN, -0.0), tuples and lists
+    told apart."""
     if isinstance(a, torch.Tensor):
-        return type(b) is torch.Tensor and a.dtype == b.dtype and torch.equal(a, b)
+        return (type(b) is torch.Tensor and (a.dtype, a.shape) == (b.dtype, b.shape)
+                and torch.equal(*(t.resolve_neg().reshape(-1).view(torch.uint8) for t in (a, b))))
     if isinstance(a, (tuple, list)):
         return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):
-        return type(b) is dict and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    return type(a) is type(b) and a == b
+        return type(b) is dict and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and repr(a) == repr(b)
 
 
 @pytest.mark.parametrize("name", REPORTS)
 def test_a_report_comes_back_as_it_was_written(name):
     report = REPORTS[name]
-    plain = torch.load(io.BytesIO(report.to_bytes()), weights_only=True)  # what the grader is willing to unpickle
-    assert _same(plain, report.to_plain())
-    back = from_bytes(report.to_bytes(), cases=3)
+    data = report.to_bytes()
+    assert data.startswith(MAGIC)  # a JSON header and raw buffers: nothing for the grader to unpickle or inflate
+    back = from_bytes(data, cases=3)
     assert _same(back.to_plain(), report.to_plain())
     assert [type(o) for o in back.outcomes] == [type(o) for o in report.outcomes]
-    assert (back.defined, back.syntax_errors, back.error) == (report.defined, report.syntax_errors, report.error)
+    assert (back.defined, back.syntax_errors, back.error, back.reaches) == \
+        (report.defined, report.syntax_errors, report.error, report.reaches)
+
+
+# Outputs an honest student can return, at the edges of what the format carries.
+ODD_OUTPUTS = {
+    "every dtype": tuple(torch.arange(-3, 3).to(dtype) for dtype in DTYPES.values()),
+    "float edges": (torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 5e-324]),
+                    float("nan"), -0.0, 1e308, torch.tensor(65504.0, dtype=torch.float16)),
+    "empty and 0-d tensors": (torch.zeros(0), torch.zeros(3, 0, 2), torch.tensor(True), torch.ones([1] * 64)),
+    "a view of another tensor": (torch.arange(12.0).view(3, 4).T[1:], torch._neg_view(torch.ones(2))),
+    "ints at int64's ends": (-2**63, 2**63 - 1, 0, True),
+    "strings of every kind": ("", "中文 \x00\x1b[2J", "\ud800 a lone surrogate", "\U0001f600"),
+    "nested as deep as allowed": _nested(limits.OUTPUT_DEPTH, torch.ones(1)),
+}
+
+
+@pytest.mark.parametrize("name", ODD_OUTPUTS)
+def test_odd_outputs_come_back_as_they_were(name):
+    report = Report({}, {}, outcomes=(Ok(ODD_OUTPUTS[name]),))
+    assert _same(from_bytes(report.to_bytes(), cases=1).outcomes[0].output, ODD_OUTPUTS[name])
 
 
 def test_a_report_holds_an_error_or_outcomes_not_both():
@@ -80,6 +118,8 @@ FORGED = {
     "no syntax_errors": (lambda p: p.pop("syntax_errors"), None, "keys"),
     "an error and outcomes": (lambda p: p.update(error={"summary": "", "details": ""}), None, "keys"),
     "defined maps to a number": (lambda p: p["defined"].update(f=1), None, "defined"),
+    "reaches a number": (lambda p: p.update(reaches=[1]), None, "reaches"),
+    "reaches in a tuple": (lambda p: p.update(reaches=("g",)), None, "reaches"),
     "a syntax error under a number": (lambda p: p["syntax_errors"].update({1: "x"}), None, "syntax_errors"),
     "outcomes in a tuple": (lambda p: p.update(outcomes=tuple(p["outcomes"])), None, "not a list"),
     "outcomes in a dict": (lambda p: p.update(outcomes={0: ["ok", 1, []]}), None, "not a list"),
@@ -104,17 +144,27 @@ FORGED = {
     "an outcome after an error": (lambda p: p["outcomes"].__setitem__(1, ["error", {"summary": "", "details": ""}]),
                                   None, "follows"),
     "an output nested too deeply": (lambda p: p["outcomes"][0].__setitem__(1, _nested(100_000)), None, "deeply"),
+    "an output one level too deep": (
+        lambda p: p["outcomes"][0].__setitem__(1, _nested(limits.OUTPUT_DEPTH + 1)), None, "deeply"),
+    "an int beyond int64": (lambda p: p["outcomes"][0].__setitem__(1, 2**63), None, "int64"),
+    **{f"an output {kind} tensor": (lambda p, make=make: p["outcomes"][0].__setitem__(1, (make(),)), None, "not plain")
+       for kind, make in {
+           "meta": lambda: torch.empty(2, 3, device="meta"),
+           "sparse": lambda: torch.eye(3).to_sparse(),
+           "sparse CSR": lambda: torch.eye(3).to_sparse_csr(),
+           "quantized": lambda: torch.quantize_per_tensor(torch.eye(3), 0.1, 0, torch.qint8),
+           "nested": lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]),
+           "complex": lambda: torch.ones(2, dtype=torch.complex64),
+           "uint32": lambda: torch.ones(2, dtype=torch.uint32),
+           "nn.Parameter": lambda: torch.nn.Parameter(torch.ones(2)),
+           "65-axis": lambda: torch.ones([1] * 65),
+           "empty but wide": lambda: torch.empty(0, limits.OUTPUT_BYTES + 1),
+       }.items()},
 }
 
 
-def _nested(depth: int):
-    value = ()
-    for _ in range(depth):
-        value = (value,)
-    return value
-
-
 @pytest.mark.parametrize("name", FORGED)
+@pytest.mark.filterwarnings("ignore:.*(beta|prototype|deprecated)")  # torch's notes on making those tensors
 def test_a_forged_report_is_refused(name):
     change, instead, why = FORGED[name]
     with pytest.raises(Malformed, match=why):
@@ -124,7 +174,7 @@ def test_a_forged_report_is_refused(name):
 def test_the_error_report_is_checked_too():
     for error in ({"summary": "x", "details": None}, {"summary": "x", "details": "", "points": "4"}, "x"):
         with pytest.raises(Malformed, match="the error"):
-            from_plain({"defined": {}, "syntax_errors": {}, "error": error}, cases=1)
+            from_plain({"defined": {}, "syntax_errors": {}, "reaches": [], "error": error}, cases=1)
 
 
 def _saved(value) -> bytes:
@@ -133,12 +183,186 @@ def _saved(value) -> bytes:
     return buffer.getvalue()
 
 
-@pytest.mark.parametrize("data", [b"", b"full marks", _saved({"defined": {}, "syntax_errors": {}, "outcomes": [],
-                                                               "x": Case("an object torch.load may not build")})],
-                         ids=["empty", "text", "an object"])
+@pytest.mark.parametrize("data", [b"", b"full marks", _saved(REPORTS["outcomes"].to_plain()),
+                                  _saved({"defined": {}, "syntax_errors": {}, "reaches": [], "outcomes": [],
+                                          "x": Case("an object torch.load may not build")})],
+                         ids=["empty", "text", "a report as torch.save writes it", "an object"])
 def test_bytes_that_are_not_a_report_are_refused(data):
-    with pytest.raises(Malformed, match="torch.load"):
+    with pytest.raises(Malformed, match="does not start as a report does"):
         from_bytes(data, cases=1)
+
+
+def _wire(output: str = "null", buffers: bytes = b"", header: str | None = None, length: int | None = None) -> bytes:
+    """Report bytes as a forger would write them: the prefix, ``header`` (by default a report whose one ok
+    outcome has the output ``output``, in the header's JSON) declared ``length`` bytes long, then ``buffers``."""
+    if header is None:
+        header = ('{"defined":{},"syntax_errors":{},"reaches":["list"],'
+                  f'"outcomes":["list",["list","ok",{output},["list"]]]}}')
+    head = header.encode()
+    return MAGIC + struct.pack(">I", len(head) if length is None else length) + head + buffers
+
+
+def _record(dtype: str, shape: list, nbytes) -> str:
+    return json.dumps(["tensor", dtype, shape, nbytes])
+
+
+# Each is refused; whatever a record claims is checked against the caps and against the bytes that follow before
+# a tensor is made (a record of 1.5 GiB is 1.5 GiB only in what it says).
+FORGED_BYTES = {
+    "a 1.5 GiB tensor": (_wire(_record("float32", [3 * 2**27], 3 * 2**29)), "over the caps"),
+    "tensors adding up to more than the cap": (
+        _wire(json.dumps(["tuple", *[["tensor", "uint8", [2**24], 2**24]] * 5])), "declare 83886080 bytes, over the cap"),
+    "a huge shape in a few bytes": (_wire(_record("float32", [2**40, 2**40], 16), bytes(16)), "over the caps"),
+    "an empty tensor spanning too much": (_wire(_record("float32", [0, 2**62, 2**62], 0)), "over the caps"),
+    "65 axes": (_wire(_record("float32", [1] * 65, 4), bytes(4)), "over the caps"),
+    "bytes that are not numel × size": (_wire(_record("float32", [4], 15), bytes(15)), "declares 15 bytes"),
+    "bytes as a string": (_wire(_record("float32", [4], "16"), bytes(16)), "declares '16' bytes"),
+    "a truncated buffer": (_wire(_record("float32", [2**20], 2**22), bytes(100)), "4194304 bytes and 100 follow"),
+    "bytes after the buffers": (_wire(_record("float32", [1], 4), bytes(12)), "4 bytes and 12 follow"),
+    "a negative size": (_wire(_record("float32", [-1], -4)), "sizes >= 0"),
+    "a size that is a bool": (_wire(_record("float32", [True], 4), bytes(4)), "sizes >= 0"),
+    "a size that is a float": (_wire(_record("float32", [1.0], 4), bytes(4)), "sizes >= 0"),
+    "a shape that is not a list": (_wire(_record("float32", 1, 4), bytes(4)), "sizes >= 0"),
+    "a complex dtype": (_wire(_record("complex64", [1], 8), bytes(8)), "dtype is 'complex64'"),
+    "a quantized dtype": (_wire(_record("qint8", [1], 1), bytes(1)), "dtype is 'qint8'"),
+    "a dtype that is not a name": (_wire(_record(["float32"], [1], 4), bytes(4)), "dtype is"),
+    "a record of four parts": (_wire(json.dumps(["tensor", "float32", [1], 4, 0]), bytes(4)), "4 parts"),
+    "a bool tensor holding 2": (_wire(_record("bool", [2], 2), b"\x01\x02"), "bytes other than 0 and 1"),
+    "a header longer than the cap": (_wire(length=limits.HEADER_BYTES + 1), "over the cap"),
+    "a header longer than the data": (_wire(length=10**5), "fewer follow"),
+    "a prefix cut short": (MAGIC + b"\x00", "does not start"),
+    "a header that is not JSON": (_wire(header="{"), "not ASCII JSON"),
+    "a header that is not ASCII": (_wire('"满分"'), "not ASCII JSON"),
+    "an int of too many digits": (_wire("1" * 5000), "not ASCII JSON"),
+    "a repeated key": (_wire(header='{"defined":{},"defined":{},"syntax_errors":{},"reaches":["list"],"error":{}}'),
+                       "repeats a key"),
+    "an array without a tag": (_wire("[1, 2]"), "no tag"),
+    "an empty array": (_wire("[]"), "no tag"),
+    "an unknown tag": (_wire('["set", 1]'), "unknown tag 'set'"),
+    "a header nested too deeply": (_wire('["tuple",' * 100_000 + "]" * 100_000), "nested too deeply"),
+    "outcomes tagged as a tuple": (_wire(header='{"defined":{},"syntax_errors":{},"reaches":["list"],'
+                                               '"outcomes":["tuple"]}'), "outcomes are not a list"),
+    "an output tagged as a list": (_wire('["list", 1]'), "holds a list"),
+}
+
+
+@pytest.mark.parametrize("name", FORGED_BYTES)
+def test_forged_bytes_are_refused(name):
+    data, why = FORGED_BYTES[name]
+    with pytest.raises(Malformed, match=why):
+        from_bytes(data, cases=1)
+
+
+def test_the_bytes_a_forger_writes_are_read_as_the_harness_writes_them():
+    """The format is what the module's docstring says: the records and buffers above are the real thing."""
+    data = _wire(json.dumps(["tuple", ["tensor", "int16", [2], 4], ["tensor", "bool", [], 1], 0.5, "x"]),
+                 struct.pack("=hh", -2, 7) + b"\x01")
+    output = from_bytes(data, cases=1).outcomes[0].output
+    assert _same(output, (torch.tensor([-2, 7], dtype=torch.int16), torch.tensor(True), 0.5, "x"))
+
+
+def test_a_report_too_big_to_write_is_replaced_by_one_saying_so():
+    """A header over the cap (here a 2 MiB string) is never written, so never refused as forged."""
+    report = Report({"f": "代码单元 #1"}, {}, outcomes=(Ok("x" * 2 * 2**20),))
+    with pytest.raises(TooBig):
+        report.to_bytes()
+    back = from_bytes(harness.serialise(report), cases=1)
+    assert back.error == ErrorInfo(harness.TOO_MUCH_TEXT)
+
+
+def _reference_like(dtype: torch.dtype, fill) -> torch.Tensor:
+    return torch.full((2, 3), fill, dtype=dtype)
+
+
+# Outputs that ``from_plain`` accepts, at its edges, against the kinds of reference a check compares with.
+ACCEPTED = [*(v for output in ODD_OUTPUTS.values() for v in output), _nested(limits.OUTPUT_DEPTH, torch.ones(1)),
+            *(_reference_like(dtype, 1) for dtype in DTYPES.values()),
+            _reference_like(torch.float64, float("nan")), _reference_like(torch.int64, -2**63),
+            None, "", {}, (), {"a": torch.ones(2, 3)}, (torch.ones(2, 3), {"b": 1}), (torch.ones(2, 3),) * 2]
+REFERENCES = [_reference_like(torch.float64, 0.5), _reference_like(torch.int64, 2), _reference_like(torch.bool, True),
+              torch.tensor(0.5, dtype=torch.float64), (_reference_like(torch.float64, 1), _reference_like(torch.bool, 0)),
+              5, 0.25, None]
+
+
+@pytest.mark.parametrize("float_dtype", [torch.float32, torch.bfloat16])
+def test_compare_judges_everything_a_report_carries_without_raising(float_dtype):
+    """What a report carries is the student's answer: wrong, never a crash of the grader (a grader problem)."""
+    from_plain(_forged(lambda p: p["outcomes"].__setitem__(slice(None), [["ok", got, []] for got in ACCEPTED])),
+               cases=len(ACCEPTED))
+    free = torch.tensor([[True], [False]])
+    for want in REFERENCES:
+        for got in ACCEPTED:
+            mismatch = compare(got, want, float_dtype, for_dtype(float_dtype),
+                               free=free if isinstance(want, torch.Tensor) and want.dim() == 2 else None)
+            assert mismatch is None or mismatch.text, (got, want)
+
+
+# Outputs a report cannot carry, each failed in the sandbox with a message saying why (not "not yet
+# implemented", not a forged report, not a grader problem).
+UNCARRIED = {
+    "a meta tensor": ("torch.empty(q.shape[:-1] + k.shape[-2:-1], dtype=q.dtype, device='meta')", "meta 张量（没有数值）"),
+    "a sparse tensor": ("(q @ k.transpose(-2, -1)).to_sparse()", "稀疏张量（torch.sparse_coo）"),
+    "a sparse CSR tensor": ("torch.eye(3).to_sparse_csr()", "稀疏张量（torch.sparse_csr）"),
+    "an mkldnn tensor": ("torch.eye(3).to_mkldnn()", "layout 为 torch._mkldnn"),
+    "a quantized tensor": ("torch.quantize_per_tensor((q @ k.transpose(-2, -1)).float(), 0.1, 0, torch.qint8)",
+                           "量化张量（torch.qint8）"),
+    "a nested tensor": ("torch.nested.nested_tensor([q[0], q[0][:1]])", "嵌套张量"),
+    "a complex tensor": ("(q @ k.transpose(-2, -1)).to(torch.complex64)", "dtype 为 torch.complex64"),
+    "a broadcast view of 2⁴⁰ elements": ("torch.zeros(()).expand(2**20, 2**20)", "超出了评分能收的范围"),
+    "an int beyond int64": ("2**70", "超出了 int64 的范围"),
+    "a tuple nested too deeply": ("(" * (limits.OUTPUT_DEPTH + 1) + "q" + ",)" * (limits.OUTPUT_DEPTH + 1), "嵌套得太深"),
+    "a subclass whose copies are hollow": ("Hollow(q)", "请返回普通的稠密张量"),
+}
+HOLLOW = '''
+class Hollow(torch.Tensor):
+    @staticmethod
+    def __new__(cls, like):
+        return torch.Tensor._make_wrapper_subclass(cls, like.shape, dtype=like.dtype)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return torch.empty(2, device="meta")
+'''
+
+
+def _returning(expression: str) -> list[Cell]:
+    scores = f"{HOLLOW}\ndef attention_scores(q, k):\n    return {expression}\n"
+    return _cells(student_code.notebook_code({"attention_scores": scores}))
+
+
+@pytest.mark.parametrize("what", UNCARRIED)
+def test_an_output_a_report_cannot_carry_fails_with_a_message(what):
+    expression, said = UNCARRIED[what]
+    if "mkldnn" in expression and not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch has no mkldnn")
+    verdict = grade(EXERCISES["attention_scores"], _returning(expression))
+    assert not verdict.passed and not verdict.grader_problem, verdict.message
+    assert said in verdict.summary and "格式不对" not in verdict.message, verdict.message
+
+
+TORCH_SUBCLASSES = {
+    "nn.Parameter": "torch.nn.Parameter(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)))",
+    "a subclass whose __torch_function__ refuses everything": "Refusing.wrap(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)))",
+}
+REFUSING = '''
+class Refusing(torch.Tensor):
+    @staticmethod
+    def wrap(t):
+        return t.as_subclass(Refusing)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is not torch.Tensor.as_subclass:
+            raise RuntimeError("no copies of me")
+        return super().__torch_function__(func, types, args, kwargs or {})
+'''
+
+
+@pytest.mark.parametrize("how", TORCH_SUBCLASSES)
+def test_a_tensor_subclass_is_graded_as_the_values_it_holds(how):
+    scores = f"{REFUSING}\ndef attention_scores(q, k):\n    return {TORCH_SUBCLASSES[how]}\n"
+    verdict = grade(EXERCISES["attention_scores"], _cells(student_code.notebook_code({"attention_scores": scores})))
+    assert verdict.passed, verdict.message
 
 
 # --- grader problems raised inside the sandbox -------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 Outputs are tensors or (nested) tuples of tensors. Float references are float64; the student's tensor
 must have the expected dtype and lie within that dtype's tolerance. Bool and integer outputs must match
-exactly. Positions marked ``free`` (which no implementation defines) only have to be finite.
+exactly. Positions marked ``free`` (which no implementation defines) only have to be finite. ``compare``
+raises on no output the sandbox's report can carry (``sandbox.report.from_plain``): a wrong one is a
+``Mismatch``.
 """
 from dataclasses import dataclass
 
@@ -61,9 +63,7 @@ def compare(got, want, float_dtype: torch.dtype, tol: Tolerance, name: str = "�
                 return mismatch
         return None
     if not isinstance(want, torch.Tensor):
-        if got != want:
-            return Mismatch("values", f"{name}期望 {want!r}，得到 {got!r}。")
-        return None
+        return _compare_plain(got, want, name)
     if not isinstance(got, torch.Tensor):
         return Mismatch("type", f"{name}应该是 torch.Tensor，得到的是 {_type_name(got)}。")
     if got.shape != want.shape:
@@ -80,6 +80,18 @@ def compare(got, want, float_dtype: torch.dtype, tol: Tolerance, name: str = "�
                                     "但必须是有限的数，否则下一层里 0 × NaN 还是 NaN，会把真实 token 也污染了。")
         want = torch.where(free, got.double(), want)
     return _compare_close(got.double(), want, tol, name, equal_nan, got.dtype)
+
+
+def _compare_plain(got, want, name) -> Mismatch | None:
+    """``got`` against a ``want`` that is a number, a string or None. A tensor holding one element counts as
+    that number (``item()``: no tensor is asked for its truth value, which has none for other sizes)."""
+    if isinstance(got, torch.Tensor):
+        if got.numel() != 1:
+            return Mismatch("type", f"{name}应该是 {type(want).__name__}，得到的是 shape 为 {_shape(got)} 的张量。")
+        got = got.item()
+    if got != want:
+        return Mismatch("values", f"{name}期望 {want!r}，得到 {got!r}。")
+    return None
 
 
 def _type_name(x) -> str:

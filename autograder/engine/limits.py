@@ -26,9 +26,17 @@ MAX_FD = 1 << 16
 
 # What a run may hand back (its outputs, serialised), and what the grader reads of a submission.
 OUTPUT_BYTES = 64 * 1024**2
+# Axes of one tensor in an output, and levels of tuples and dicts in one output (an honest one has a few): the
+# sandbox refuses more with a message, so that nothing it writes is what the grader's reader refuses as forged.
+OUTPUT_DIMS = 64
+OUTPUT_DEPTH = 32
 NOTEBOOK_BYTES = 32 * 1024**2
 CODE_BYTES = 2 * 1024**2
-MESSAGE_CHARS = 2000
+# The longest text of a verdict: its one-line summary (and a mistake's name), its details.
+SUMMARY_CHARS = 300
+MESSAGE_CHARS = 4000
+# Lines of a failing dependency's message repeated in the message of an exercise built on it.
+DEPENDENCY_LINES = 4
 
 # Seconds the fork server may take to start (it imports torch) before the grader gives up on it, and to tidy
 # up when it is told to stop before it is killed.
@@ -42,6 +50,7 @@ WORKER_STUCK_AFTER_S = 60.0
 # Below this many seconds left of a notebook's cap, an exercise is not started: it could not finish, and its
 # message would blame a timeout the student's code did not cause.
 LEAST_EXERCISE_S = 1.0
-# The largest message header between grader and fork server, and the largest job the fork server reads.
+# The largest message header between grader and fork server (and the largest header of a report, its names,
+# strings and tensor records), and the largest job the fork server reads.
 HEADER_BYTES = 1 << 20
 JOB_BYTES = 1 << 34

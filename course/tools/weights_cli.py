@@ -4,7 +4,8 @@
     course-weights qwen35 --layers 3     only what assignment 06 reads of the real Qwen3.5-0.8B (about 14 MB)
 
 Both do nothing when what they fetch is already there, and exit with status 1 and a message saying what to do
-when they cannot fetch it (offline, a server without range requests, a checksum that does not match).
+when they cannot fetch it (offline, a server without range requests, one that stalls or sends what the course
+does not expect, a checksum that does not match).
 """
 import argparse
 import sys
@@ -71,6 +72,10 @@ def main(argv=None) -> int:
         args.run(args)
     except (smollm2_fetch.FetchError, qwen35_fetch.FetchError, OSError) as error:
         print(f"course-weights {args.command}: {error}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        print(f"course-weights {args.command}: this machine ran out of memory while fetching. Free some (close "
+              "other programs) and run again.", file=sys.stderr)
         return 1
     return 0
 

@@ -11,12 +11,33 @@ from dataclasses import replace
 import torch
 
 from autograder.engine import limits, protocols
-from autograder.engine.sandbox.report import TOO_BIG, Error, ErrorInfo, GraderError, Ok, Report
+from autograder.engine.sandbox.report import (
+    DTYPES,
+    INTS,
+    TOO_BIG,
+    Error,
+    ErrorInfo,
+    GraderError,
+    Ok,
+    Report,
+    TooBig,
+    is_plain_tensor,
+    shape_fits,
+)
 from autograder.engine.sandbox.walls import GraderProblem
 from autograder.engine.student_code import Cell, StudentCode, student_code
 
 NOT_IMPLEMENTED = "还没有实现（not yet implemented）"
 GRADING_PACKAGES = ("autograder", "solutions")
+TOO_MUCH_TEXT = (f"交回的结果里的名字、字符串或数据项太多（超过 {limits.HEADER_BYTES // 2**20} MiB），被停止了："
+                 "返回值里是不是有特别长的字符串，或者特别长的 list？")
+_DENSE = "请返回普通的稠密张量"
+_SPARSE = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
+
+
+class NotPlain(Exception):
+    """An output that a report cannot carry (a meta or sparse tensor, a nesting too deep); the message says why,
+    to the student."""
 
 
 class _NoGradingImports:
@@ -39,21 +60,77 @@ def block_grading_imports() -> None:
     sys.meta_path.insert(0, _NoGradingImports)
 
 
-def plain(value):
-    """``value`` with tensors detached into plain ``torch.Tensor``, numbers and strings as the builtins
-    themselves, and unknown objects named by type: only what ``torch.load(..., weights_only=True)`` reads back."""
+def plain(value, depth: int = 0):
+    """``value`` as data a report carries (``report.from_plain``): tensors as plain ``torch.Tensor``
+    (``_plain_tensor``), lists as tuples, numbers and strings as the builtins themselves, unknown objects named
+    by type; ``NotPlain`` for what it cannot carry: a tensor without plain values, an int outside int64,
+    nesting deeper than ``limits.OUTPUT_DEPTH``."""
+    if depth > limits.OUTPUT_DEPTH:
+        raise NotPlain(f"返回值嵌套得太深（超过 {limits.OUTPUT_DEPTH} 层 tuple、list 或 dict）：请按题目要求返回。")
     if isinstance(value, torch.Tensor):
-        return value.detach().cpu().as_subclass(torch.Tensor).clone()
+        return _plain_tensor(value)
     if isinstance(value, (tuple, list)):
-        return tuple(plain(v) for v in value)
+        return tuple(plain(v, depth + 1) for v in value)
     if isinstance(value, dict):
-        return {str.__str__(str(k)): plain(v) for k, v in value.items()}
+        return {str.__str__(str(k)): plain(v, depth + 1) for k, v in value.items()}
     if value is None or isinstance(value, bool):
         return value
-    for kind, as_builtin in ((int, int.__index__), (float, float.__float__), (str, str.__str__)):
-        if isinstance(value, kind):  # a subclass too (numpy's float64, an IntEnum): saved as itself, it would
-            return as_builtin(value)  # not load, and an honest answer would read as a forged report
+    for kind, as_builtin in ((int, _plain_int), (float, float.__float__), (str, str.__str__)):
+        if isinstance(value, kind):  # a subclass too (numpy's float64, an IntEnum): the report carries only
+            return as_builtin(value)  # the builtins, and an honest answer would read as a forged report
     return f"{type(value).__module__}.{type(value).__qualname__} 对象"
+
+
+def _plain_int(value: int) -> int:
+    """``value`` as an int itself; ``NotPlain`` outside int64 (``report.INTS``)."""
+    number = int.__index__(value)
+    if number not in INTS:
+        raise NotPlain("返回的整数超出了 int64 的范围（-2⁶³ 到 2⁶³-1）：是不是哪里算错了？")
+    return number
+
+
+def _plain_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t``'s values as a plain tensor (``report.is_plain_tensor``): detached, on the CPU,
+    contiguous; ``NotPlain`` saying why when it has none (meta, sparse, quantized, ...). A subclass
+    (``nn.Parameter``, the student's own) counts as the values it holds: its ``__torch_function__``, and any
+    mode's, is not consulted."""
+    with torch._C.DisableTorchFunction():
+        why = _why_not_plain(t)  # before as_subclass, which a sparse tensor refuses
+        if why:
+            raise NotPlain(why)
+        try:  # a subclass's __torch_dispatch__ decides what these calls do and return
+            copy = torch.Tensor.as_subclass(t, torch.Tensor).detach().cpu().clone(memory_format=torch.contiguous_format)
+        except RuntimeError as e:  # NotImplementedError too: torch's, not a function the student left unwritten
+            raise NotPlain(_no_copy(t, f"（{type(e).__name__}: {str(e)[:200]}）")) from None
+    if not is_plain_tensor(copy):
+        raise NotPlain(_no_copy(t, ""))
+    return copy
+
+
+def _no_copy(t: torch.Tensor, why: str) -> str:
+    """The message for a tensor whose copy holds no plain values; ``why``: what torch said, if anything."""
+    return f"返回的张量（{type(t).__name__}）复制不出普通的数值{why}：{_DENSE}。它的 __torch_dispatch__ 改了什么吗？"
+
+
+def _why_not_plain(t: torch.Tensor) -> str | None:
+    """Why a report cannot carry ``t`` (a tensor on any device, of any subclass), for the student; None when it
+    can once on the CPU."""
+    if t.is_nested:  # first: a nested tensor has no shape to ask for
+        return f"返回了嵌套张量（nested tensor）：{_DENSE}。"
+    if t.is_meta:
+        return f"返回了 meta 张量（没有数值）：{_DENSE}。"
+    if t.layout in _SPARSE:
+        return f"返回了稀疏张量（{t.layout}）：{_DENSE}，比如用 .to_dense()。"
+    if t.layout != torch.strided:
+        return f"返回了 layout 为 {t.layout} 的张量：{_DENSE}，比如用 .to_dense()。"
+    if t.is_quantized:
+        return f"返回了量化张量（{t.dtype}）：请返回普通的浮点张量，比如用 .dequantize()。"
+    if t.dtype not in DTYPES.values():
+        return f"返回了 dtype 为 {t.dtype} 的张量：评分只收这些 dtype：{'、'.join(DTYPES)}。"
+    if not shape_fits(t.shape):
+        return (f"返回的张量 shape 是 {list(t.shape)}：超出了评分能收的范围（最多 {limits.OUTPUT_DIMS} 维，"
+                f"把长度为 0 的维算作 1 时最多 {limits.OUTPUT_BYTES} 个元素）。")
+    return None
 
 
 def _student_frame(exc: BaseException, code: StudentCode):
@@ -177,6 +254,9 @@ def _call_each(call, student, cases: list, code: StudentCode, name: str) -> tupl
         pristine = protocols.map_tensors((case.args, case.kwargs), lambda t: t.clone())
         try:
             got = plain(call(student, case))
+        except NotPlain as e:
+            outcomes.append(Error(ErrorInfo(str(e))))
+            break
         except BaseException as e:  # noqa: BLE001 - anything the student's code raises is reported
             outcomes.append(GraderError(str(e)) if _raised_by_the_grader(e) else Error(describe_error(e, code, name)))
             break
@@ -206,7 +286,7 @@ def run(request: dict) -> Report:
         return Report(defined, syntax_errors,
                       error=replace(info, summary="执行 notebook 里的定义时出错，" + info.summary))
     outcomes = _call_each(protocols.PROTOCOLS[request["call"]], namespace[name], request["cases"], code, name)
-    return Report(defined, syntax_errors, outcomes=outcomes)
+    return Report(defined, syntax_errors, outcomes=outcomes, reaches=code.reaches(name))
 
 
 def failure(exc: BaseException) -> Report:
@@ -217,5 +297,9 @@ def failure(exc: BaseException) -> Report:
 
 
 def serialise(report: Report) -> bytes:
-    """The bytes the fork server relays to the grader."""
-    return report.to_bytes()
+    """The bytes the fork server relays to the grader; a report too big to write (``report.TooBig``) is
+    replaced by one saying so."""
+    try:
+        return report.to_bytes()
+    except TooBig:
+        return Report({}, {}, error=ErrorInfo(TOO_MUCH_TEXT)).to_bytes()

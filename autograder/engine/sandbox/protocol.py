@@ -1,8 +1,8 @@
 """Messages between the grader and its fork server over a pipe: a JSON header and a byte payload.
 
 The grader sends a job as a pickled payload (the fork server trusts the grader). The fork server answers
-with a JSON header and, for a finished run, the child's own bytes, which the grader never unpickles:
-it reads them with ``torch.load(weights_only=True)`` and validates what it gets.
+with a JSON header and, for a finished run, the child's own bytes, which the grader never unpickles: it
+reads them with ``report.from_bytes``, which checks every size they declare before it makes anything.
 """
 import json
 import os

@@ -6,6 +6,10 @@ assignment (its total), then ``total`` and ``percent``. An assignment the studen
 empty, not 0, so an LMS can tell "missing" from "scored nothing"; ``total`` counts it as 0. Points are the
 engine's, the same as ``pytest autograder/`` and ``nbgrader autograde`` give. The files are UTF-8 with a
 byte-order mark, which is what Excel needs to show Chinese names; other programs ignore it.
+
+Both are spreadsheet-safe: a text cell that a spreadsheet would run as a formula (a student's or a mistake's
+name starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return) is written with a leading ``'``,
+as OWASP advises against CSV injection; the numbers the course writes stay numbers.
 """
 import csv
 import io
@@ -14,11 +18,19 @@ from autograder.engine.assignments import ASSIGNMENTS
 from autograder.instructor.classroom.results_store import NotebookResult
 
 _BOM = "\ufeff"
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # OWASP's list: what makes a spreadsheet read a formula
+
+
+def spreadsheet_safe(cell: object) -> object:
+    """``cell`` as a spreadsheet shows it and never runs: text that starts a formula gets a leading ``'``, which
+    the spreadsheet shows as text; anything else (the numbers the course writes) is kept as it is."""
+    return "'" + cell if isinstance(cell, str) and cell.startswith(_FORMULA_STARTS) else cell
 
 
 def _csv(rows: list[list]) -> str:
+    """The CSV text of ``rows``, every cell spreadsheet-safe: the one writer of the course's CSV files."""
     buffer = io.StringIO()
-    csv.writer(buffer).writerows(rows)
+    csv.writer(buffer).writerows([spreadsheet_safe(cell) for cell in row] for row in rows)
     return _BOM + buffer.getvalue()
 
 

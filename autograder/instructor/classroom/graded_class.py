@@ -9,13 +9,20 @@ from pathlib import Path
 
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.files import write_atomically
-from autograder.instructor.classroom.results_store import NotebookResult, ResultStore
+from autograder.instructor.classroom.names import colliding, collision_message, student_name
+from autograder.instructor.classroom.results_store import NotebookResult, ResultStore, checked_key, read_state_file
 
 STATE = ".course-grade"
+CLASS_BYTES = 256 * 2**20  # the record of 100,000 notebooks holds about 20 MiB
 
 
 def state_folder(out: Path) -> Path:
     return Path(out) / STATE
+
+
+def record_file(out: Path) -> Path:
+    """The run's record, ``class.json``."""
+    return state_folder(out) / "class.json"
 
 
 @dataclass(frozen=True)
@@ -54,17 +61,69 @@ class GradedClass:
     def save(self, out: Path) -> None:
         record = {"shard": list(self.shard), "fingerprint": self.fingerprint, "only": self.only,
                   "entries": [[e.student, e.assignment, e.key, e.source] for e in self.entries]}
-        write_atomically(state_folder(out) / "class.json", json.dumps(record, ensure_ascii=False, indent=0))
+        write_atomically(record_file(out), json.dumps(record, ensure_ascii=False, indent=0))
 
     @classmethod
     def load(cls, out: Path) -> "GradedClass":
-        path = state_folder(out) / "class.json"
+        """The run recorded in ``out``, checked, since a shard's folder may have been edited (``_checked``).
+        Raises FileNotFoundError when there is no record, ValueError naming the file when it holds anything
+        course-grade does not write."""
+        path = record_file(out)
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-            return cls([Entry(*e) for e in record["entries"]], record["only"], tuple(record["shard"]),
-                       record["fingerprint"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            text = read_state_file(path, CLASS_BYTES)
+        except OSError as e:
             raise FileNotFoundError(f"{out} holds no finished course-grade run ({path}: {type(e).__name__})") from None
+        try:
+            return _checked(json.loads(text))
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+
+
+def _checked(record: object) -> GradedClass:
+    """A class.json record as a GradedClass, refused (ValueError) unless course-grade could have written it:
+    ``shard`` is [I, N] with 1 ≤ I ≤ N, ``only`` none or the course's assignments, each entry checked by
+    ``_entry``, no student twice for one assignment, and no two names that are one student's (``names``)."""
+    if not isinstance(record, dict) or set(record) != {"shard", "fingerprint", "only", "entries"}:
+        raise ValueError("a class record holds exactly shard, fingerprint, only and entries")
+    shard, only, entries = record["shard"], record["only"], record["entries"]
+    if not (isinstance(shard, list) and len(shard) == 2 and all(type(n) is int for n in shard)
+            and 1 <= shard[0] <= shard[1]):
+        raise ValueError(f"shard {shard!r} is not [I, N] with 1 ≤ I ≤ N")
+    if only is not None and not (isinstance(only, list) and only and all(_is_assignment(a) for a in only)):
+        raise ValueError(f"--assignment {only!r} does not name assignments of the course")
+    if not isinstance(record["fingerprint"], str) or not isinstance(entries, list):
+        raise ValueError("the fingerprint is not text, or the entries not a list")
+    checked = [_entry(i, raw, only) for i, raw in enumerate(entries)]
+    clashes = colliding({raw[0] for raw in entries})  # on the names as written: NFC and NFD are two here
+    if clashes:
+        raise ValueError("; ".join(map(collision_message, clashes)))
+    seen = set()
+    for entry in checked:
+        if (entry.student, entry.assignment) in seen:
+            raise ValueError(f"{entry.student!r} has two entries for {entry.assignment}")
+        seen.add((entry.student, entry.assignment))
+    return GradedClass(checked, only, (shard[0], shard[1]), record["fingerprint"])
+
+
+def _entry(index: int, raw: object, only: list[str] | None) -> Entry:
+    """Entry ``index`` of class.json, checked: [student, assignment, key, source], the student's name one that is
+    safe as a folder name (``names.student_name``; NFC from here on), the assignment one of the course's (and of
+    ``only``), the key one the store makes (``checked_key``), the source text."""
+    if not (isinstance(raw, list) and len(raw) == 4):
+        raise ValueError(f"entry {index} is not [student, assignment, key, source]")
+    student, assignment, key, source = raw
+    if not _is_assignment(assignment) or (only is not None and assignment not in only):
+        raise ValueError(f"entry {index}: {assignment!r} is not an assignment of the course that this run graded")
+    if not isinstance(source, str):
+        raise ValueError(f"entry {index}: the source {source!r} is not text")
+    try:
+        return Entry(student_name(student), assignment, checked_key(key), source)
+    except ValueError as e:
+        raise ValueError(f"entry {index}: {e}") from None
+
+
+def _is_assignment(name: object) -> bool:
+    return isinstance(name, str) and name in ASSIGNMENTS
 
 
 def _load(stores: list[ResultStore], entry: Entry) -> NotebookResult:

@@ -11,13 +11,23 @@ ever reused; a change to anything else (a report, a message of the tools) regrad
 """
 import hashlib
 import json
+import math
+import os
+import re
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from autograder.engine.assignments import ASSIGNMENTS
+from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from autograder.engine.exercise import Verdict
 from autograder.engine.provenance import fingerprint
 from autograder.files import write_atomically
+
+# Far above what a result can hold (its verdicts' texts are capped by the engine), far below what would
+# strain memory: a shard's store may hold anything.
+RESULT_BYTES = 4 * 2**20
+_KEY = re.compile(r"[0-9a-f]{64}")  # what ``notebook_key`` makes: a SHA-256 in hex
+_VERDICT_TEXTS = ("summary", "details", "mistake")
 
 
 @dataclass(frozen=True)
@@ -46,8 +56,62 @@ class NotebookResult:
 
     @classmethod
     def from_json(cls, text: str) -> "NotebookResult":
+        """The result ``to_json`` wrote, checked against the grader's own registry, since a shard's store may
+        have been edited: the assignment is one of the course's, each verdict is on one of its exercises and
+        within that exercise's points (``_verdict``), and ``seconds`` is a finite number ≥ 0. Raises
+        ValueError saying what is wrong. (That there is a verdict on every exercise is ``complete``.)"""
         record = json.loads(text)
-        return cls(record["assignment"], tuple(Verdict(**v) for v in record["verdicts"]), float(record["seconds"]))
+        if not isinstance(record, dict) or set(record) != {"assignment", "seconds", "verdicts"}:
+            raise ValueError("a result holds exactly an assignment, seconds and verdicts")
+        assignment, seconds, verdicts = record["assignment"], record["seconds"], record["verdicts"]
+        if not isinstance(assignment, str) or assignment not in ASSIGNMENTS:
+            raise ValueError(f"{assignment!r} is not an assignment of the course")
+        if type(seconds) not in (int, float) or not 0 <= seconds < math.inf:  # json reads NaN and Infinity
+            raise ValueError(f"seconds {seconds!r} is not a duration")
+        if not isinstance(verdicts, list):
+            raise ValueError("its verdicts are not a list")
+        return cls(assignment, tuple(_verdict(assignment, v) for v in verdicts), float(seconds))
+
+    @property
+    def complete(self) -> bool:
+        """Whether it holds a verdict on each exercise of its assignment, in order, as grading gives them (and
+        as the gradebook's columns expect them)."""
+        return [v.exercise for v in self.verdicts] == [e.name for e in ASSIGNMENTS[self.assignment]]
+
+
+def _verdict(assignment: str, record: object) -> Verdict:
+    """A stored verdict, checked: on an exercise of ``assignment``, its points a whole number from 0 to that
+    exercise's points in the registry (``EXERCISES[name].points``), ``max_points`` those points, its texts text
+    and ``grader_problem`` true or false."""
+    name = record.get("exercise") if isinstance(record, dict) else None
+    if name not in [e.name for e in ASSIGNMENTS[assignment]]:
+        raise ValueError(f"a verdict is not on an exercise of {assignment} ({name!r})")
+    points, max_points, most = record.get("points"), record.get("max_points"), EXERCISES[name].points
+    # type(...) is int, not isinstance: json's true and false are bools, which are ints to Python.
+    if type(points) is not int or not 0 <= points <= most:
+        raise ValueError(f"{name}: {points!r} points is not a whole number from 0 to {most}")
+    if type(max_points) is not int or max_points != most:
+        raise ValueError(f"{name}: max_points {max_points!r} is not its {most} points")
+    if not all(isinstance(record.get(text, ""), str) for text in _VERDICT_TEXTS) or \
+            type(record.get("grader_problem", False)) is not bool:
+        raise ValueError(f"{name}: a text of the verdict is not text, or grader_problem not true/false")
+    try:
+        return Verdict(**record)
+    except TypeError as e:  # a key that Verdict does not have
+        raise ValueError(f"{name}: {e}") from None
+
+
+def read_state_file(path: Path, limit: int) -> str:
+    """The UTF-8 text of one of course-grade's own files: a regular file (a pipe or a device would block or
+    never end) of at most ``limit`` bytes. Raises OSError when it cannot be opened, ValueError otherwise."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ValueError("not a regular file (a pipe, a device or a folder)")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit // 2**20} MiB")
+    return data.decode("utf-8")
 
 
 class ResultStore:
@@ -60,11 +124,16 @@ class ResultStore:
     def path(self, key: str) -> Path:
         return self.folder / f"{key}.json"
 
+    def read(self, key: str) -> NotebookResult:
+        """The stored result, checked (``NotebookResult.from_json``). Raises OSError when there is none, ValueError
+        when the file is not a result course-grade wrote."""
+        return NotebookResult.from_json(read_state_file(self.path(key), RESULT_BYTES))
+
     def load(self, key: str) -> NotebookResult | None:
         """The stored result, or None when there is none (or it cannot be read: it is then graded again)."""
         try:
-            return NotebookResult.from_json(self.path(key).read_text(encoding="utf-8"))
-        except (OSError, ValueError, KeyError, TypeError):
+            return self.read(key)
+        except (OSError, ValueError):
             return None
 
     def save(self, key: str, result: NotebookResult) -> None:
@@ -74,6 +143,14 @@ class ResultStore:
         """Whether ``key`` was graded and needs no new grading: a grader problem is always graded again."""
         result = self.load(key)
         return result is not None and not result.grader_problem
+
+
+def checked_key(key: object) -> str:
+    """``key`` when it is one ``notebook_key`` makes (64 lowercase hex digits), so that ``ResultStore.path``
+    names a file inside the store and nowhere else; raises ValueError otherwise."""
+    if not isinstance(key, str) or not _KEY.fullmatch(key):
+        raise ValueError(f"{key!r} is not the key of a result (64 hex digits)")
+    return key
 
 
 def notebook_key(fingerprint: str, assignment: str, data: bytes | None, problem: str) -> str:

@@ -6,12 +6,13 @@ the rules of ``autograder.engine.submission``, which ``pytest autograder/`` loca
 Reading a notebook's bytes (``read_notebook``) goes through ``autograder.engine.ipynb``'s safe reader.
 """
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.ipynb import NotebookError, read_bytes
 from autograder.engine.submission import assignment_of, assignments_named, choose, notebooks
+from autograder.instructor.classroom.names import UnsafeName, colliding, collision_message, student_name
 from autograder.instructor.classroom.zipped import read_member, zip_notebooks
 from course import layout
 
@@ -84,7 +85,9 @@ class Roster:
 
 
 def find(path: Path, only: list[str] | None = None) -> Roster:
-    """The roster of the class folder ``path``, limited to the assignments ``only`` (default: all)."""
+    """The roster of the class folder ``path``, limited to the assignments ``only`` (default: all). Students'
+    names are checked (``names.student_name``) and used in NFC; names that are one student's once normalised
+    and case-folded (``names.identity``) are refused, naming both."""
     root = Path(path)
     if not root.is_dir():
         raise RosterError(f"{root} is not a folder. Pass the folder that holds the class's submissions.\n{LAYOUTS}")
@@ -114,9 +117,12 @@ def find(path: Path, only: list[str] | None = None) -> Roster:
         for handed in scan.file(file, student, assignment or default, named):
             found.setdefault((handed.student, handed.assignment), []).append(handed)
     handed = _unique(root, {key: found[key] for key in found if key[1] in wanted}, problems)
-    problems += _name_collisions({h.student for h in handed})
+    # On the names as found: "josé" composed and decomposed are two students to be told apart, not one.
+    students = {h.student for h in handed}
+    problems += [collision_message(group) for group in colliding(students)] + _unusable_names(students)
     if problems:
         raise RosterError("cannot tell which notebook is whose:\n  " + "\n  ".join(problems) + f"\n{LAYOUTS}")
+    handed = [replace(h, student=student_name(h.student)) for h in handed]
     order = {a: i for i, a in enumerate(ASSIGNMENTS)}
     return Roster(root, sorted(handed, key=lambda h: (h.student, order[h.assignment])), ignored)
 
@@ -235,13 +241,15 @@ def _unique(root: Path, found: dict[tuple[str, str], list[Handed]], problems: li
     return kept
 
 
-def _name_collisions(students: set[str]) -> list[str]:
-    """Names that only differ in case would share a feedback folder on macOS and Windows."""
-    by_folded: dict[str, list[str]] = {}
-    for student in students:
-        by_folded.setdefault(student.casefold(), []).append(student)
-    return [f"students {' and '.join(sorted(names))} differ only in case" for names in by_folded.values()
-            if len(names) > 1]
+def _unusable_names(students: set[str]) -> list[str]:
+    """The names that cannot be a feedback folder or a gradebook row (``names.student_name`` says why)."""
+    problems = []
+    for student in sorted(students):
+        try:
+            student_name(student)
+        except UnsafeName as e:
+            problems.append(f"{e}; rename that file or folder")
+    return problems
 
 
 def read_notebook(source: Source, root: Path) -> bytes:
