@@ -100,14 +100,15 @@ def _cache_class(cls, name: str):
     return cache
 
 
-def _decode(step, cache, x, attention_mask, steps) -> tuple:
+def _decode(step, cache, x, attention_mask, steps, values: bool = False) -> tuple:
     """Feed ``x`` through ``step(x, attention_mask=..., cache=...)`` in chunks of ``steps`` positions, one
     ``cache`` for all of them.
 
     Returns the outputs joined along the sequence, ``len(cache)`` at the end, and the shapes of what the
-    module handed to ``cache.update`` each time (what the cache holds: KV heads, or latents).
+    module handed to ``cache.update`` each time (what the cache holds: KV heads, or latents); with ``values``,
+    also what it handed, position by position (``_handed``).
     """
-    stored = []
+    stored, handed = [], []
     update = cache.update
 
     def recording_update(*parts, **named):
@@ -115,6 +116,7 @@ def _decode(step, cache, x, attention_mask, steps) -> tuple:
         # shapes of the tensors among them.
         tensors = [part for part in (*parts, *named.values()) if isinstance(part, torch.Tensor)]
         stored.append([size for part in tensors for size in part.shape])
+        handed.append([t.detach().clone() for t in tensors])
         return update(*parts, **named)
 
     cache.update = recording_update
@@ -126,12 +128,23 @@ def _decode(step, cache, x, attention_mask, steps) -> tuple:
         if returned is not cache:
             raise TypeError("带 cache 调用 forward 时应返回 (out, cache)，cache 就是传进来的那个对象（update 就地追加）。")
         outputs.append(out)
-    return torch.cat(outputs, dim=1), len(cache), torch.tensor(stored, dtype=torch.long)
+    found = torch.cat(outputs, dim=1), len(cache), torch.tensor(stored, dtype=torch.long)
+    return (*found, _handed(handed)) if values else found
 
 
-def _run_decoder(cls, case: Case, cache_name: str, method: str):
+def _handed(handed: list) -> torch.Tensor:
+    """The tensors handed to ``cache.update``, ``[B, T_i, ·]`` each, joined along the last dim per call and along
+    the sequence across calls: ``[B, T, Σ widths]``. Empty when they are not such tensors (their shapes, recorded
+    beside, say what is wrong)."""
+    try:
+        return torch.cat([torch.cat(parts, dim=-1) for parts in handed], dim=1)
+    except (RuntimeError, IndexError, ValueError):
+        return torch.zeros(0)
+
+
+def _run_decoder(cls, case: Case, cache_name: str, method: str, values: bool = False):
     """A module with ``method(x, attention_mask=None, cache=None) → (out, cache)``: run it on the whole of x,
-    or decode x through one cache in the chunks ``case.kwargs["steps"]`` gives."""
+    or decode x through one cache in the chunks ``case.kwargs["steps"]`` gives (``values``: see ``_decode``)."""
     init, weights, x = case.args
     attention_mask, steps = case.kwargs.get("attention_mask"), case.kwargs.get("steps")
     with torch.no_grad():
@@ -144,7 +157,7 @@ def _run_decoder(cls, case: Case, cache_name: str, method: str):
                 raise TypeError(f"不带 cache 调用 {method} 时应返回 (out, None)：返回的 cache 就是传进来的那个，"
                                 f"没有传就是 None，得到的是 {type(returned).__name__}。")
             return out
-        return _decode(step, _cache_class(cls, cache_name)(), x, attention_mask, steps)
+        return _decode(step, _cache_class(cls, cache_name)(), x, attention_mask, steps, values)
 
 
 def call_decoder(cls, case: Case):
@@ -153,13 +166,14 @@ def call_decoder(cls, case: Case):
 
 
 def call_latent_decoder(cls, case: Case):
-    """MLA's ``forward``, decoding through the ``LatentKVCache`` next to it."""
-    return _run_decoder(cls, case, "LatentKVCache", "forward")
+    """MLA's ``forward``, decoding through the ``LatentKVCache`` next to it: the course's MLA caches the normalised
+    latent and the rotated rope key, so what it hands the cache is graded too."""
+    return _run_decoder(cls, case, "LatentKVCache", "forward", values=True)
 
 
 def call_absorbed_decoder(cls, case: Case):
-    """MLA's ``forward_absorbed``, decoding through the ``LatentKVCache`` next to it."""
-    return _run_decoder(cls, case, "LatentKVCache", "forward_absorbed")
+    """MLA's ``forward_absorbed``, decoding through the ``LatentKVCache`` next to it (what it hands the cache too)."""
+    return _run_decoder(cls, case, "LatentKVCache", "forward_absorbed", values=True)
 
 
 def call_generate(fn, case: Case) -> tuple:

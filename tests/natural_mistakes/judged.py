@@ -85,7 +85,7 @@ JUDGED = {
     '04-mla-scale-tutorial': ('named', 'names the 1/(√d + √d_rope) scale'),
     '04-mla-positions-from-zero': ('named', 'names positions restarting at 0'),
     '04-mla-latent-not-normalised': ('named', 'names the missing latent RMSNorm'),
-    '04-mla-caches-raw-latent': ('missed', 'every exercise passed'),
+    '04-mla-caches-raw-latent': ('clue', 'cache.update value expected kv_a_layernorm latent; only latent slots 0–7 wrong, rope part right'),
     '04-mla-rope-key-rotated-after-cache': ('clue', 'only decoded positions 3–5 and cached-decode cases fail: cache/rope-key path'),
     '04-mla-query-half-split': ('bare', "only 'position 0 right, one-token case passes': generic, says nothing of the query split"),
     '04-mla-kv-b-half-split': ('named', 'names kv_b_proj split as [all keys | all values]'),

@@ -18,7 +18,8 @@ from solutions.attention_basics import masked_softmax
 from solutions.rope_mla import LatentKVCache, MultiHeadLatentAttention, apply_rope, rope_cos_sin  # noqa: F401
 
 OUTPUT_NAMES = ("输出（各步的 out 沿序列维拼起来）", "解码完之后的 len(cache)",
-                "每次交给 cache.update 的两样东西的形状（latent [B, T, kv_lora_rank] 和 k_rope [B, T, rope]）")
+                "每次交给 cache.update 的两样东西的形状（latent [B, T, kv_lora_rank] 和 k_rope [B, T, rope]）",
+                "交给 cache.update 的值：做过 kv_a_layernorm 的 latent 和转过的 k_rope，按位置拼起来")
 
 
 def config(hidden, heads, rank, nope, rope, v, q_rank=None, theta=10_000.0, eps=1e-6):
@@ -204,7 +205,7 @@ def _top_left_mask(self, q_len, k_len, attention_mask):
 
 def _expanded_cache(case: Case, got) -> bool:
     """The module handed the cache per-head tensors ([B, H, T, ·], two 4-D shapes) instead of the latents."""
-    return (isinstance(got, tuple) and len(got) == 3 and isinstance(got[2], torch.Tensor) and got[2].ndim == 2
+    return (isinstance(got, tuple) and len(got) == 4 and isinstance(got[2], torch.Tensor) and got[2].ndim == 2
             and got[2].shape[-1] == 8)
 
 
