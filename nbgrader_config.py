@@ -4,12 +4,17 @@ from nbgrader.preprocessors import (
     AssignLatePenalties,
     CheckCellMetadata,
     ClearHiddenTests,
+    ClearOutput,
+    DeduplicateIds,
     GetGrades,
     IgnorePattern,
     LimitOutput,
+    OverwriteCells,
+    OverwriteKernelspec,
     SaveAutoGrades,
 )
 
+from autograder.instructor.nbgrader_cells import ReleasedCells
 from autograder.instructor.nbgrader_verdicts import EngineVerdicts
 from course import layout
 
@@ -25,6 +30,11 @@ c.CourseDirectory.feedback_directory = layout.FEEDBACK
 c.ClearSolutions.code_stub = {"python": "# 在这里写你的代码\nraise NotImplementedError()"}
 # What students see in place of a thinking question's answer (``answer:`` cells, see autograder/instructor/release.py).
 c.ClearSolutions.text_stub = "（在这里写下你的想法。参考答案在老师那里，不计分。）"
+
+# A student's notebook metadata (a pasted test cell, a renamed grade_id, changed points, a deleted cell) must
+# neither stop the class nor raise a grade: ReleasedCells first rebuilds it from the released cells.
+c.Autograde.sanitize_preprocessors = [ReleasedCells, ClearOutput, DeduplicateIds, OverwriteKernelspec,
+                                      OverwriteCells, CheckCellMetadata]
 
 # No kernel runs a submission: EngineVerdicts takes the place of nbgrader's Execute and writes the course
 # engine's verdicts (the same as `pytest autograder/`) into the grade cells, from which SaveAutoGrades scores.
