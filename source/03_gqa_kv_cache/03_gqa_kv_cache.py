@@ -198,7 +198,7 @@ grade("KVCache")
 #
 # ### 计算时怎样对齐：`repeat_kv`
 #
-# 算注意力时，每个 query 头仍然需要一份和它配对的 K、V。`repeat_kv` 把 `[B, Hkv, T, D]` 的每个 KV 头原地复制
+# 算注意力时，每个 query 头仍然需要一份和它配对的 K、V。`repeat_kv` 把 `[B, Hkv, T, D]` 的每个 KV 头复制
 # $n_{rep} = H / H_{kv}$ 份，得到 `[B, H, T, D]`，让 query 头 $h$ 拿到 KV 头 $\lfloor h / n_{rep} \rfloor$。
 # 它只是把同一份 K、V 复制给同组的每个 query 头，让形状对上，没有产生任何新东西。**缓存里存的仍然是 $H_{kv}$ 个头**，
 # `repeat_kv` 在取出缓存之后才做。

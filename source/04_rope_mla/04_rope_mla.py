@@ -13,8 +13,11 @@
 # %% [markdown]
 # # 作业 04：RoPE 与多头潜在注意力（MLA）
 #
-# 前三次作业的注意力有一个盲点：打乱 token 的顺序，每个 token 的输出只是跟着换个位置，数值一点不变——
-# 注意力本身不知道谁在前、谁在后。这次作业的前半部分补上位置：**RoPE**（旋转位置编码），今天几乎所有大模型都用它。
+# 前三次作业的注意力有一个盲点：打分 $q \cdot k$ 只看内容，不看两个 token 隔多远。不加掩码时，打乱 token 的顺序，
+# 每个 token 的输出只是跟着换个位置，数值不变。加上因果掩码，输出会变（每个 query 能看到的前文换了），因果模型也确实能从
+# "前面有多少个 token"里间接推出位置：不加任何位置编码的因果 Transformer（NoPE）也能训练出来。可那只是间接的、粗糙的信号，
+# "这个 key 离我 3 个位置"这样的相对距离，打分里没有。这次作业的前半部分把距离直接写进打分：**RoPE**（旋转位置编码），
+# 今天几乎所有大模型都用它。
 # 后半部分是 DeepSeek-V2 提出的**多头潜在注意力**（Multi-head Latent Attention，MLA）：KV cache 里不再存每个头的 K、V，
 # 只存一个低维的"潜在向量"，缓存比 MHA 小几十倍。MLA 离不开 RoPE，而且正是 RoPE 逼出了它最巧妙的一步。
 #
@@ -366,10 +369,12 @@ ax.set_ylabel("新 token 的注意力权重")
 ax.set_title("同一个\"看前一个 token\"的头，新 token 站错了位置")
 ax.legend()
 plt.show()
-print("attention on key 6 (the previous token): right", f"{right[6]:.2f}", " wrong", f"{wrong[6]:.2f}")
+print(f"前一个 token（key 6）分到的注意力：位置对时 {right[6]:.2f}，位置从 0 数时 {wrong[6]:.2f}")
+print(f"位置从 0 数时：key 0 分到 {wrong[0]:.2f}，新 token 自己（key 7）分到 {wrong[7]:.2f}")
 
 # %% [markdown]
-# 位置对的时候，新 token 把注意力给了紧挨着它的 key 6；位置从 0 数时，它和缓存里的 key 隔着负的距离，注意力被打散到别处。
+# 位置对的时候，新 token 把注意力给了紧挨着它的 key 6。位置从 0 数时，新 token 以为自己站在位置 0：它要找的"前一个位置"是 −1，
+# 那里没有 key；离它最近、和它"站在同一个位置"的是 key 0 和它自己（两个都在位置 0），注意力就在这两个之间平分，真正的前一个 token 一点也没分到。
 # 所以带缓存的注意力层，算 RoPE 表时用的位置是 `len(cache) + arange(T)`。练习 4 的 MLA 会用到这一条，作业 07 也会。
 
 # %% [markdown]
@@ -857,8 +862,17 @@ ax.grid(True, which="both", alpha=0.3)
 ax.legend()
 plt.show()
 
+# %%
+GIB, LONGEST = 1024**3, context[-1]
+at_longest = {name: size(LONGEST) / GIB for name, size in lines.items()}
+for name, gib in at_longest.items():
+    print(f"{name}：{LONGEST // 1024}K 个 token 时 {gib:,.2f} GiB")
+mla_gib, mqa_gib, gqa_gib = at_longest["MLA（latent 512 + rope 64）"], at_longest["MQA（1 组）"], at_longest["GQA（8 组）"]
+print(f"MLA 是 8 组 GQA 的 {mla_gib / gqa_gib:.0%}，是 MQA 的 {mla_gib / mqa_gib:.2f} 倍")
+
 # %% [markdown]
-# 128K 个 token 时，MHA 要 3.75 TiB——根本放不下；MLA 只要约 66 GiB，比 8 组的 GQA 还小，只比 MQA 大一点。
+# 128K 个 token 时，MHA 要 480 GiB，一张卡放不下；8 组的 GQA 要 30 GiB，MQA 3.75 GiB，MLA 8.44 GiB。MLA 比 8 组的 GQA 小得多，
+# 但它是 MQA 的 2.25 倍（576 对 256 个数），并不比 MQA 省。MLA 换来的是：缓存和 2.25 组 KV 头一样大，每个头却仍有自己的 key 和 value。
 
 # %% [markdown]
 # ## 15. 量一量：吸收版快在哪里
@@ -891,15 +905,15 @@ def fastest_ms(run, repeats=3):
 
 
 def one_step(method, length):
+    latent, k_rope = timed.kv_a_proj_with_mqa(stream[:, :length]).split([256, 32], dim=-1)
+    return fastest_ms(lambda: method(stream[:, length:length + 1], cache=filled(latent, k_rope)))
+
+
+def filled(latent, k_rope):
+    """A fresh cache holding ``length`` positions (each timing starts from the same cache)."""
     cache = LatentKVCache()
-    cache.update(*timed.kv_a_proj_with_mqa(stream[:, :length]).split([256, 32], dim=-1))  # a filled cache
-    return fastest_ms(lambda: method(stream[:, length:length + 1], cache=_copy(cache)))
-
-
-def _copy(cache):
-    fresh = LatentKVCache()
-    fresh.update(cache.latent, cache.k_rope)
-    return fresh
+    cache.update(latent, k_rope)
+    return cache
 
 
 plain_ms, absorbed_ms = [], []

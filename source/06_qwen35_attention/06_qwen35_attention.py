@@ -204,9 +204,10 @@ qk_norm = ZeroCenteredRMSNorm(256)
 with torch.no_grad():
     for growth in (1.0, 4.0, 16.0):
         q_big, k_big = q_demo * growth, k_demo * growth
-        plain_top = torch.softmax(q_big @ k_big.T / 16, dim=-1).max(-1).values.mean()
-        normed_top = torch.softmax(qk_norm(q_big) @ qk_norm(k_big).T / 16, dim=-1).max(-1).values.mean()
-        print(f"length × {growth:>4}: top weight without QK-Norm {plain_top:.2f}, with QK-Norm {normed_top:.2f}")
+        scale = 256 ** -0.5  # 1/√head_dim
+        plain_top = torch.softmax(q_big @ k_big.T * scale, dim=-1).max(-1).values.mean()
+        normed_top = torch.softmax(qk_norm(q_big) @ qk_norm(k_big).T * scale, dim=-1).max(-1).values.mean()
+        print(f"q、k 的长度 × {growth:g}：最大权重的平均，没有 QK-Norm 时 {plain_top:.2f}，有 QK-Norm 时 {normed_top:.2f}")
 
 # %% [markdown]
 # 不做归一化时，长度放大 4 倍，分数就放大 16 倍，softmax 几乎全是 one-hot；做了 QK-Norm，放大多少倍都一样。
@@ -231,8 +232,9 @@ with torch.no_grad():
 #   旋转过的维度照样携带内容，只是它们的匹配还要看两个 token 隔了多远。
 # - **theta 很大。** `rope_theta` $= 10^7$（Llama 2 用的是 $10^4$）。最慢的一对转一圈要约 $3.8 \times 10^7$ 个 token，
 #   远超 262,144 的最大上下文，长距离的位置也不会"转回原点"而混淆。
-# - **M-RoPE 在纯文本上就是普通 RoPE。** Qwen3.5 能看图，`config.json` 里有 `mrope_section = [11, 11, 10]`：
-#   32 个频率分给时间、高、宽三个坐标，图像 token 在三个方向上各有各的位置。文本 token 的三个坐标都等于它在序列里的位置，
+# - **M-RoPE 在纯文本上就是普通 RoPE。** Qwen3.5 能看图，`config.json` 里有 `mrope_section = [11, 11, 10]` 和
+#   `mrope_interleaved = true`：32 个频率按 11、11、10 个分给时间、高、宽三个坐标，而且是交错着分（时间、高、宽轮流），
+#   不是前 11 个都给时间；图像 token 在三个方向上各有各的位置。文本 token 的三个坐标都等于它在序列里的位置，
 #   每个频率拿到的还是同一个 $m$，于是退化成普通的一维 RoPE。所以 `rope_cos_sin` 只需要一串位置。
 
 # %% [markdown]
