@@ -586,7 +586,7 @@ print(f"gate = sigmoid(-6) = {gate.item():.4f}  ->  gated output: ({gated[0]:.4f
 
 # %% [markdown]
 # 没有别的出路时，训练出来的模型会自己凑合：把第一个 token（因果掩码下每个 query 都看得见它）的 value
-# 学得几乎为零，没事可做的头就把注意力全堆到它身上，取回来的约等于 0。这叫 attention sink（注意力汇聚）。
+# 学得几乎为零，没事可做的头就把注意力全堆到它身上，取回来的约等于 0。这叫 attention sink（注意力的"汇点"，像水流汇进的洼地；《动手学深度学习》里的"注意力汇聚"说的是另一回事，attention pooling）。
 #
 # Qwen3.5 用了更直接的办法：在每个头的输出上逐维乘一个 sigmoid **门**，门的分数由当前 token 自己算出。
 # 分数是 $-6$ 时，$\operatorname{sigmoid}(-6) \approx 0.0025$，上面的输出 $(1,\ 1)$ 变成约 $(0.0025,\ 0.0025)$，

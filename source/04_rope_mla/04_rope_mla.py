@@ -398,7 +398,7 @@ print(f"位置从 0 数时：key 0 分到 {wrong[0]:.2f}，新 token 自己（ke
 #
 # 一篇中文教程里的小例子：hidden 256、8 个头、每头 32 维，latent 64 维（再加 26 维，下面会讲）：MHA 每个 token 每层存
 # $2 \times 8 \times 32 = 512$ 个数，MLA 只存 $64 + 26 = 90$ 个。DeepSeek-V2 本身是 128 个头、每头 128 维：
-# MHA 要 $2 \times 128 \times 128 = 32{,}768$ 个，MLA 只要 $512 + 64 = 576$ 个，小了约 **57 倍**。
+# MHA 要 $2 \times 128 \times 128 = 32{,}768$ 个，MLA 只要 $512 + 64 = 576$ 个，只有 MHA 的约 **1/57**。
 
 # %% [markdown]
 # ## 8. 吸收：不展开 K 也能打分——以及 RoPE 为什么挡路
@@ -831,9 +831,9 @@ per_token = {
     "DeepSeek-V2（128 头 × 128 维）": (2 * 128 * 128, mla_cache_bytes(1, 1, 1, 512, 64, 1)),
 }
 for name, (mha, mla_numbers) in per_token.items():
-    print(f"{name}: MHA {mha:,}  MLA {mla_numbers:,}  →  {mha / mla_numbers:.1f}× smaller")
+    print(f"{name}：每个 token、每层 MHA 存 {mha:,} 个数，MLA 存 {mla_numbers:,} 个，只有 MHA 的 1/{mha / mla_numbers:.1f}")
 groups = mla_cache_bytes(1, 1, 1, 512, 64, 1) / (2 * 128)
-print(f"the same cache as GQA with {groups:.2f} KV groups of 128 dims")
+print(f"和 {groups:.2f} 组 128 维 KV 头的 GQA 一样大")
 
 # %% [markdown]
 # DeepSeek-V2 的 576 个数只相当于 2.25 组 KV 头的 GQA，却保留了 128 个头各自不同的 key 和 value（它们都从同一个 latent 里升维出来）。

@@ -74,7 +74,7 @@ print("output :", out_silent)
 #
 # 训练会自己找出一条退路：找一个每个 query 都能看到的 token——在因果掩码下只有**第一个 token** 满足——
 # 把它的 value 学得几乎是零向量。一个头无事可做时，就把注意力几乎全部倒给它；取回来的东西约等于 0，
-# 等于没有发言。这个被当成"垃圾桶"的 token 叫**注意力汇聚**（attention sink）。
+# 等于没有发言。这个被当成"垃圾桶"的 token 叫 **attention sink**（注意力的汇点）。
 #
 # 在三个 token 前面加一个这样的"首 token"，它的 key 是 $(-1,\ -1)$，value 是 $(0,\ 0)$。
 # 想弃权的头只要把 query 对准这个 key：

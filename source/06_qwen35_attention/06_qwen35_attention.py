@@ -18,7 +18,7 @@
 #
 # | 改动 | 解决什么问题 | 在哪次作业 |
 # |---|---|---|
-# | GQA：2 组 key/value 供 8 个 query 头共享 | KV cache 小 4 倍 | 03，本作业第 4 节回顾 |
+# | GQA：2 组 key/value 供 8 个 query 头共享 | KV cache 只有原来的 1/4 | 03，本作业第 4 节回顾 |
 # | QK-Norm：q、k 先各过一个 RMSNorm | 钉住点积的尺度，softmax 不会退化成 one-hot | 本作业练习 1 |
 # | 部分 RoPE：每个头只旋转前 64 维 | 位置只占每个头的一小部分维度，其余维度的匹配和位置无关 | 04 讲 RoPE，本作业练习 2 |
 # | 输出门：头的输出逐维乘 sigmoid(门) | 让一个头可以"不发言" | 05 |
@@ -120,7 +120,7 @@ print("layer types:", " ".join("F" if kind == "full_attention" else "l" for kind
 # 训练时若对 $w$ 做权重衰减，也是把缩放往 1 拉，而不是往 0 拉。读权重时要小心：把这份 $w$ 装进普通 RMSNorm，
 # 每个 norm 都会把输入乘上一个接近 0 的数。
 #
-# 还有精度：bfloat16 只有 8 位有效数字（二进制），float16 的 $x^2$ 在 $|x| > 256$ 时就溢出成 inf。
+# 还有精度：bfloat16 只有 8 位二进制有效位（约 2～3 位十进制有效数字），float16 的 $x^2$ 在 $|x| > 256$ 时就溢出成 inf。
 # 所以**先转成 float32 计算，最后再转回输入的 dtype**。
 #
 # ### 练习 1：`ZeroCenteredRMSNorm(dim, eps=1e-6)`
@@ -194,7 +194,7 @@ grade("ZeroCenteredRMSNorm")
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 看看 QK-Norm 的效果。取 $D = 256$ 的随机 $q$、$k$，把它们的长度放大 1 倍、4 倍、16 倍（模拟训练中的漂移），
+# 看看 QK-Norm 的效果。取 $D = 256$ 的随机 $q$、$k$，把它们的长度乘以 1、4、16（模拟训练中的漂移），
 # 看每行 softmax 的最大权重：
 
 # %%
@@ -336,7 +336,7 @@ print(f"all {n_full} full-attention layers, bfloat16: {kv_per_token * n_full * 2
       f"(without GQA {mha_per_token * n_full * 2 / 1024:.0f} KiB)")
 
 # %% [markdown]
-# 每个 token 每层只存 1,024 个数，不用 GQA 要存 4,096 个：KV cache 小 4 倍，长上下文时省下的显存和带宽都是 4 倍。
+# 每个 token 每层只存 1,024 个数，不用 GQA 要存 4,096 个：KV cache 只有原来的 1/4，长上下文时显存和带宽都只要 1/4。
 
 # %% [markdown]
 # ## 5. 整层：`Qwen35Attention`

@@ -370,7 +370,7 @@ for dtype in (torch.float32, torch.bfloat16):
     print(f"{str(dtype):>15}: outputs up to {b.abs().max():.2f}, largest difference {(a - b).abs().max().item():.2e}")
 
 # %% [markdown]
-# bfloat16 只有 8 位有效数字，q、k 和分数都要舍入一次，两种写法各舍各的，差别到了 $10^{-2}$ 的量级——这不是错，
+# bfloat16 只有 8 位二进制有效位（约 2～3 位十进制有效数字），q、k 和分数都要舍入一次，两种写法各舍各的，差别到了 $10^{-2}$ 的量级——这不是错，
 # 评分时 bfloat16 的容差也放得宽。
 
 # %% [markdown]
