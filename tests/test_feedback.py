@@ -242,3 +242,11 @@ def test_a_class_defined_again_keeps_what_it_used_before():
     code = student_code([Cell("代码单元 #1", "def f():\n    return 1\n\nclass M:\n    def a(self):\n        return f()\n"),
                          Cell("代码单元 #2", "class M(M):\n    def b(self):\n        return 2\n")])
     assert code.reaches("M") == ("f",)
+
+
+@pytest.mark.parametrize("got, want", [(torch.tensor(3), torch.tensor(4)), (torch.tensor(3.0), torch.tensor(4.0)),
+                                       (torch.tensor(float("nan")), torch.tensor(4.0))])
+def test_a_wrong_single_number_is_said_without_an_empty_position(got, want):
+    said = compare(got, want.double() if want.is_floating_point() else want, torch.float32,
+                   EXERCISES["attention_scores"].tolerance(torch.float32))
+    assert "[]" not in said.text and "4" in said.text, said.text

@@ -102,6 +102,8 @@ def _compare_exact(got, want, name) -> Mismatch | None:
     wrong = got != want
     if not wrong.any():
         return None
+    if want.dim() == 0:  # one value: no position to point at
+        return Mismatch("values", f"{name}期望 {want.item()}，得到 {got.item()}。")
     first = wrong.nonzero()[0]
     return Mismatch(
         "values",
@@ -113,6 +115,8 @@ def _compare_exact(got, want, name) -> Mismatch | None:
 def _compare_close(got, want, tol, name, equal_nan, dtype) -> Mismatch | None:
     bad_nan = torch.isnan(got) & ~(torch.isnan(want) & equal_nan)
     if bad_nan.any():
+        if want.dim() == 0:
+            return Mismatch("nan", f"{name}是 NaN，期望 {_fmt(want.item())}。")
         first = bad_nan.nonzero()[0]
         return Mismatch("nan", f"{name}里有 {int(bad_nan.sum())} 个 NaN；第一个在 {_where(first)}，"
                                f"那里期望 {_fmt(want[tuple(first)].item())}。")
@@ -125,6 +129,9 @@ def _compare_close(got, want, tol, name, equal_nan, dtype) -> Mismatch | None:
     wrong = diff > limit
     if not wrong.any():
         return None
+    if want.dim() == 0:
+        expected, actual = _fmt_pair(want.item(), got.item())
+        return Mismatch("values", f"{name}的数值不对（{dtype}：{tol}）：期望 {expected}，得到 {actual}。")
     worst = torch.argmax(torch.where(wrong, diff - limit, torch.full_like(diff, -1.0)))
     where = torch.unravel_index(worst, want.shape)
     expected, actual = _fmt_pair(want[where].item(), got[where].item())
