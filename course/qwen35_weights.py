@@ -67,12 +67,11 @@ class Checkpoint:
     def describe(self) -> str:
         """One line for people: what these weights are and where they come from."""
         if self.synthetic:
-            return (f"synthetic stand-in ({_display(self.folder)}) — random weights in the real format, not "
-                    f"the trained model; for the real one run `course-weights qwen35 --layers 3`, set {ENV_VAR} "
-                    f"or download {REPO_ID}")
+            return (f"合成的替身（{_display(self.folder)}）：格式和真模型一样，数值是随机的，不是训练好的模型；"
+                    f"要用真模型，运行 `course-weights qwen35 --layers 3`、设 {ENV_VAR}，或下载 {REPO_ID}")
         if self.partial:
-            return f"{REPO_ID} from {self.folder} (the tensors the course reads, fetched by `course-weights qwen35`)"
-        return f"{REPO_ID} from {self.folder} ({self.origin})"
+            return f"{REPO_ID}，在 {self.folder}（课程读的那些张量，由 `course-weights qwen35` 取来）"
+        return f"{REPO_ID}，在 {self.folder}（{self.origin}）"
 
 
 def find_checkpoint(path=None) -> Checkpoint:
@@ -100,7 +99,7 @@ def load_config(path=None, *, verbose: bool = False) -> TextConfig:
     """The text model's configuration (``course.qwen35.TextConfig``) of the checkpoint ``find_checkpoint`` picks."""
     checkpoint = find_checkpoint(path)
     if verbose:
-        print(f"config: {checkpoint.describe()}")
+        print(f"配置：{checkpoint.describe()}")
     return read_config(checkpoint.folder / "config.json")
 
 
@@ -128,7 +127,7 @@ def load_attention_layer(layer: int = 3, path=None, dtype=None, *, verbose: bool
     weights = {name: tensors.read(prefix + name, shape, _stored_dtype(config), checkpoint)
                for name, shape in attention_shapes(config).items()}
     if verbose:
-        print(f"layer {layer} weights: {checkpoint.describe()}")
+        print(f"第 {layer} 层的权重：{checkpoint.describe()}")
     return {name: tensor.to(dtype) if dtype is not None else tensor for name, tensor in weights.items()}
 
 
@@ -149,7 +148,7 @@ def load_embedding_rows(token_ids, path=None, dtype=None, *, verbose: bool = Tru
         rows = tensors.read_rows(EMBEDDING_KEY, ids, (config.vocab_size, config.hidden_size),
                                  _stored_dtype(config), checkpoint)
     if verbose:
-        print(f"embeddings: {checkpoint.describe()}")
+        print(f"词嵌入：{checkpoint.describe()}")
     return rows.to(dtype) if dtype is not None else rows
 
 

@@ -74,7 +74,7 @@ def test_without_a_model_the_stand_in_is_used_and_says_so(capsys):
     assert all(value.dtype == torch.bfloat16 for value in layer.values())
     line = capsys.readouterr().out
     assert line.count("\n") == 1
-    assert line.startswith("layer 3 weights: synthetic stand-in (data/qwen35_layer3)") and "QWEN35_PATH" in line
+    assert line.startswith("第 3 层的权重：合成的替身（data/qwen35_layer3）") and "QWEN35_PATH" in line
 
 
 def test_stand_in_has_exactly_the_real_keys_and_is_labelled():
@@ -134,7 +134,7 @@ def test_single_file_checkpoint_from_the_path_argument(real, capsys):
     checkpoint = find_checkpoint(real)
     assert not checkpoint.synthetic and checkpoint.origin == "path argument"
     assert_same(load_attention_layer(3, real), expected_layer())
-    assert capsys.readouterr().out == f"layer 3 weights: Qwen/Qwen3.5-0.8B from {real} (path argument)\n"
+    assert capsys.readouterr().out == f"第 3 层的权重：Qwen/Qwen3.5-0.8B，在 {real}（path argument）\n"
     assert find_checkpoint(real / "config.json").folder == real  # a file inside the folder stands for it
 
 
