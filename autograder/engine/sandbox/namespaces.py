@@ -58,6 +58,14 @@ def private_mounts(tmp_bytes: int, tmp_inodes: int, mask_tmp: bool = True) -> st
     return target
 
 
+def hide(folders: list[str]) -> None:
+    """In a mount namespace of this process's own: an empty read-only tmpfs over each of ``folders``, so
+    that nothing started from here sees what they hold (the fork server, in its own namespace, still does)."""
+    _check(_libc.unshare(CLONE_NEWNS), "unshare")
+    for folder in folders:
+        _mount("tmpfs", folder, "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "size=4k,mode=0755")
+
+
 def unmount(target: str) -> None:
     """Detach the mount on ``target`` (lazily, as the last process using it may still be exiting)."""
     _check(_libc.umount2(target.encode(), 2), f"umount {target}")  # MNT_DETACH

@@ -53,12 +53,17 @@ def forbid_new_privileges() -> None:
     _prctl(_PR_SET_NO_NEW_PRIVS, 1, "PR_SET_NO_NEW_PRIVS")
 
 
-def drop_capabilities() -> None:
-    """Drop every capability for good: bounding set, ambient set, effective/permitted/inheritable."""
+def drop_capabilities(switch_user=None) -> None:
+    """Drop every capability for good: bounding set, ambient set, effective/permitted/inheritable.
+
+    ``switch_user``, when given, is called once the bounding set is gone but before the rest: changing uid
+    still needs CAP_SETUID, and with SECBIT_NO_SETUID_FIXUP the kernel leaves the capabilities to capset."""
     if effective_capabilities() & _CAP_SETPCAP:  # root, or the owner of a user namespace
         _prctl(_PR_SET_SECUREBITS, _SECUREBITS, "PR_SET_SECUREBITS")
         for cap in range(_last_capability() + 1):
             _prctl(_PR_CAPBSET_DROP, cap, "PR_CAPBSET_DROP")
+    if switch_user:
+        switch_user()
     _prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, "PR_CAP_AMBIENT")
     data = (_CapData * 2)()
     _check(_libc.capset(ctypes.byref(_CapHeader(_CAPABILITY_VERSION_3, 0)), data), "capset")

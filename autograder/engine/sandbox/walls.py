@@ -9,7 +9,11 @@ Why these walls: Landlock limits files, TCP and signals without root and survive
 namespaces let the fork server, as PID 1, kill whatever a run leaves behind (``setsid`` included) and
 take the network away; seccomp forbids new processes and memory files; rlimits cap memory, CPU time,
 file sizes and open files. Root is stripped of every capability first, since capabilities would
-otherwise carry it past several of these.
+otherwise carry it past several of these. Without Landlock, where the grader is root, student code
+runs as an unprivileged user (``user``), so that file permissions keep the answers out; and each run gets a
+mount namespace of its own in which the grading packages are empty (``hidden-answers``). Before serving,
+a probe run behind every wall tries to read the answers: if it can, no wall keeps them out, and every job
+is refused as the grader's problem (``answers``: grading fails closed).
 """
 import math
 import os
@@ -39,8 +43,17 @@ PURPOSE = {
     "landlock-scope": "Landlock scopes: no signals or abstract sockets outside the sandbox（不能向沙箱外的进程发信号）",
     "seccomp": "seccomp: no new processes, no memfd files outside the memory cap（不能创建进程，不能用 memfd 绕过内存上限）",
     "rlimits": "resource limits: memory, CPU time, file size, open files（资源上限：内存、CPU 时间、文件大小、打开文件数）",
+    "user": "without Landlock: an unprivileged user for student code where the grader is root"
+            "（没有 Landlock 而评分者是 root 时，学生代码以无特权用户运行）",
+    "hidden-answers": "without Landlock: the grading packages are empty in each run's own mount namespace"
+                      "（没有 Landlock 时，每次运行看到的评分包都是空的）",
+    "answers": "no wall keeps the answers out: every exercise is refused, no points are given"
+               "（没有任何防护能挡住答案：所有练习都不评分，不给分）",
 }
 _ENV_DISABLE = "ATTENTION_COURSE_SANDBOX_OFF"  # comma-separated walls to leave down: for tests of the fallbacks
+_ENV_USER = "ATTENTION_COURSE_SANDBOX_USER"  # "uid:gid" student code runs as where the grader is root
+_NOBODY = (65534, 65534)  # nobody / nogroup on Debian and Ubuntu, Gradescope's images
+_REACHED = "a run can read"
 
 
 class GraderProblem(Exception):
@@ -87,6 +100,9 @@ class Walls:
     missing: dict[str, str] = field(default_factory=dict)
     in_namespaces: bool = False
     workdir: str = ""
+    user: tuple[int, int] | None = None  # (uid, gid) runs drop to, where the grader is root
+    answers_reachable: str = ""  # why no job may run, when a probe run could read the answers
+    _hidden: list[str] = field(default_factory=list)
     _ruleset: object = None
     _filter: object = None
 
@@ -137,6 +153,10 @@ class Walls:
         self._prepare_workdir(mask_tmp=not any(_inside(Path(path).resolve(), tmp) for path, _ in paths))
         self._prepare_landlock(paths)
         self.note("rlimits", resource is not None, "no setrlimit on this platform")
+        if linux:
+            self._prepare_user()
+            self._prepare_hiding()
+            self._check_answers()
 
     def _prepare_workdir(self, mask_tmp: bool) -> None:
         if self.in_namespaces:
@@ -172,6 +192,54 @@ class Walls:
                 ruleset.allow(device, landlock.READ_FILE | landlock.WRITE_FILE)
         ruleset.allow(self.workdir, ruleset.fs)
         self._ruleset = ruleset
+
+    def _prepare_user(self) -> None:
+        """Where the grader is root and Landlock is missing, find out whether a run can become
+        ``_sandbox_user()``: not inside a user namespace that maps no such uid (then setuid fails). The private
+        folder is given to that user. With Landlock up, runs stay root without capabilities: that user could
+        not read what root's home holds, e.g. the course's cache of real weights."""
+        if os.geteuid() != 0 or "landlock" in self.up:
+            return  # unprivileged already, or Landlock keeps the answers out
+        if "user" in _disabled():
+            self.note("user", False, f"turned off by {_ENV_DISABLE}")
+            return
+        user = _sandbox_user()
+        why = _try_in_child(lambda _: _become(user))
+        if self.note("user", not why, f"cannot switch to uid:gid {user[0]}:{user[1]} here ({why})"):
+            self.user = user
+            os.chown(self.workdir, *user)
+
+    def _prepare_hiding(self) -> None:
+        """Without Landlock but with namespaces: each run mounts empty folders over the grading packages and
+        the course's ``source/``, in a mount namespace of its own (the fork server still needs them)."""
+        if "landlock" in self.up or not self.in_namespaces:
+            return
+        if "hidden-answers" in _disabled():
+            self.note("hidden-answers", False, f"turned off by {_ENV_DISABLE}")
+            return
+        hidden = [str(folder) for folder in _answer_folders()]
+        why = _try_in_child(lambda _: _hide(hidden))
+        if self.note("hidden-answers", not why, f"the kernel refused the mounts ({why})"):
+            self._hidden = hidden
+
+    def _check_answers(self) -> None:
+        """A probe run behind every wall tries to read one file of each grading package; if it reads any,
+        nothing keeps the answers out and ``answers_reachable`` says so (the fork server then refuses jobs)."""
+        probes = [str(p) for p in _answer_files()]
+
+        def probe(result_fd: int) -> None:
+            self.enter_child(result_fd, limits.STARTUP_TIMEOUT_S)
+            reached = [path for path in probes if _readable(path)]
+            if reached:
+                raise PermissionError(f"{_REACHED} {reached[0]}")
+
+        why = _try_in_child(probe, walls=self)
+        if _REACHED in why:
+            reached = why.split(": ", 1)[1]
+            self.answers_reachable = (f"the sandbox cannot keep the answers out on this machine ({reached}, as "
+                                      "the user student code runs as): grade where Landlock is available (Linux "
+                                      "5.13 or newer), or make the answers unreadable to that user")
+            self.note("answers", False, self.answers_reachable)
 
     def _prepare_seccomp(self) -> None:
         if "seccomp" in _disabled():
@@ -242,13 +310,87 @@ class Walls:
         if sys.platform.startswith("linux"):
             from autograder.engine.sandbox import privileges
 
-            privileges.drop_capabilities()
+            if self._hidden:
+                _hide(self._hidden)
+            privileges.drop_capabilities(lambda: _become(self.user) if self.user else None)
             privileges.forbid_new_privileges()
         if self._ruleset:
             self._ruleset.enforce()
         if self._filter:
             self._filter.load()
 
+
+
+def _sandbox_user() -> tuple[int, int]:
+    """The (uid, gid) student code runs as where the grader is root: ``$ATTENTION_COURSE_SANDBOX_USER``
+    ("uid:gid"), else nobody / nogroup."""
+    value = os.environ.get(_ENV_USER, "")
+    if not value:
+        return _NOBODY
+    uid, _, gid = value.partition(":")
+    return int(uid), int(gid or uid)
+
+
+def _become(user: tuple[int, int]) -> None:
+    """Switch this process to ``user`` for good, with no supplementary groups (root's would stay otherwise)."""
+    os.setgroups([])
+    os.setgid(user[1])
+    os.setuid(user[0])
+
+
+def _hide(folders: list[str]) -> None:
+    from autograder.engine.sandbox import namespaces
+
+    namespaces.hide(folders)
+
+
+def _answer_folders() -> list[Path]:
+    """The folders that hold answers: the grading packages, and the instructor's notebooks of a checkout."""
+    grading = _grading_packages()
+    source = grading[0].parent / "source" if grading else None
+    return grading + ([source] if source and source.is_dir() else [])
+
+
+def _answer_files() -> list[Path]:
+    """One regular file of each answer folder, for the probe to try."""
+    found = []
+    for folder in _answer_folders():
+        files = sorted(p for p in folder.rglob("*.py") if p.is_file())
+        found += files[:1]
+    return found
+
+
+def _readable(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+        return True
+    except OSError:
+        return False
+
+
+def _try_in_child(action, walls: "Walls | None" = None) -> str:
+    """Run ``action(fd)`` in a forked child, ``fd`` being the pipe it reports on: "" when it returns, else the
+    error it raised (its first 500 bytes). A child that used the walls is cleaned up after as a run would be."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        try:
+            action(write_fd)
+            message = b""
+        except BaseException as e:  # noqa: BLE001 - reported to the fork server, which decides
+            message = f"{type(e).__name__}: {e}".encode()[:500]
+        os.write(write_fd, message)
+        os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        message = pipe.read(600)
+    if walls is None:
+        os.waitpid(pid, 0)
+    else:
+        walls.clean_up_after_run(pid)
+    return message.decode(errors="replace")
 
 
 def describe_missing(missing: dict[str, str]) -> list[str]:

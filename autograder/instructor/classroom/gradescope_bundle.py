@@ -6,7 +6,10 @@ then ``run_autograder`` for each submission, with the student's upload in ``/aut
 results go to ``/autograder/results/results.json``. The bundle holds the installable course (``course``,
 ``solutions``, ``autograder``, the layer-3 stand-in) and those two scripts. ``setup.sh`` installs it, not
 editable, with a CPU build of torch; ``run_autograder`` grades in the course's sandbox, whose walls keep
-``solutions/`` and ``autograder/`` out of the student's reach, wherever they are installed.
+``solutions/`` and ``autograder/`` out of the student's reach, wherever they are installed. Gradescope runs
+it as root, often without Landlock: student code then runs as nobody, and ``run_autograder`` first makes the
+bundle, the upload, the results folder and the installed grading packages readable by root alone; where the
+answers can still be read, no exercise is graded and ``results.json`` says why.
 
 Visibility: every exercise's verdict comes from hidden checks (the cases the notebook does not show), so by
 default their tests use Gradescope's ``after_due_date``: the verdicts and messages, which describe the hidden
@@ -43,6 +46,9 @@ export PIP_BREAK_SYSTEM_PACKAGES=1
 python3 -m pip install --upgrade pip
 python3 -m pip install "torch=={torch}" --index-url https://download.pytorch.org/whl/cpu
 python3 -m pip install /autograder/source
+# The course's cache (real weights) where the unprivileged user student code runs as can read it: not in
+# root's home, which is closed to others.
+export ATTENTION_COURSE_CACHE=/autograder/cache
 {prefetch}"""
 
 RUN = """#!/usr/bin/env bash
@@ -53,8 +59,13 @@ set -euo pipefail
 root="${{AUTOGRADER_ROOT:-/autograder}}"
 python="$(command -v python3 || command -v python)"
 cd "$(mktemp -d)"  # nothing importable in the working folder
+if [ -z "${{ATTENTION_COURSE_CACHE:-}}" ] && [ -d "$root/cache" ]; then
+    export ATTENTION_COURSE_CACHE="$root/cache"  # where setup.sh put the weights
+fi
+# As root without Landlock, student code runs as an unprivileged user; --lock-away makes the bundle (with
+# its solutions/), the upload, the results and the installed grading packages root-only, out of its reach.
 exec "$python" -m autograder.instructor.classroom.gradescope_run {assignment} "$root/submission" \\
-    "$root/results/results.json" --visibility {visibility}
+    "$root/results/results.json" --visibility {visibility} --lock-away "$root/source"
 """
 
 

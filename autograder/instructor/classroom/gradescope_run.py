@@ -6,6 +6,7 @@ Students see the top-level ``output`` at once and each exercise's test with the 
 installation graded) is shown to instructors only.
 """
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -41,13 +42,41 @@ def _notebook(submission: Path, assignment: str) -> tuple[list | NotebookError, 
     return notebook_cells(data, "", name), f"已评分：{name}（{assignment}）。"
 
 
+def lock_away(folders: list[Path]) -> None:
+    """As root, make ``folders`` and the installed grading packages root-only (mode 0700): where Landlock is
+    missing, student code runs as an unprivileged user, which then cannot list, read or write them. The
+    sandbox needs none of them (it imports what it runs before the walls go up)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return
+    import autograder
+    import solutions
+
+    for folder in [*folders, *(Path(p) for m in (autograder, solutions) for p in m.__path__)]:
+        if folder.is_dir():
+            os.chown(folder, 0, 0)
+            os.chmod(folder, 0o700)
+
+
+def _refused(hello: dict) -> str:
+    """The sandbox's reason for grading nothing (no wall keeps the answers out), for the top-level output."""
+    why = hello.get("missing", {}).get("answers")
+    return (f"评分环境不安全，本次没有评分（请告诉老师）。The grader refused to grade: {why}"
+            if why else "")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("assignment", choices=list(ASSIGNMENTS))
     parser.add_argument("submission", type=Path, help="the folder holding the student's upload")
     parser.add_argument("results", type=Path, help="where results.json goes")
     parser.add_argument("--visibility", default="after_due_date", choices=list(WHEN_SHOWN))
+    parser.add_argument("--lock-away", type=Path, action="append", default=[], metavar="DIR",
+                        help="as root, make DIR, the submission, the results folder and the installed grading "
+                             "packages root-only before grading (run_autograder passes the bundle's folder)")
     args = parser.parse_args(argv)
+    if args.lock_away:
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        lock_away([*args.lock_away, args.submission, args.results.parent])
     start = time.monotonic()
     import autograder
 
@@ -56,14 +85,15 @@ def main(argv=None) -> int:
     board = Scoreboard()
     for verdict in grade_cells(args.assignment, cells, shared(), limits.NOTEBOOK_TIMEOUT_S):
         board.add(args.assignment, verdict)
+    try:
+        hello = shared().hello()
+        missing, refused = describe_missing(hello["missing"]), _refused(hello)
+    except SandboxError as e:
+        missing, refused = [f"the sandbox could not start: {e}"], ""
     args.results.parent.mkdir(parents=True, exist_ok=True)
     board.write_results_json(args.results, visibility=args.visibility, execution_time=time.monotonic() - start,
-                             output=" ".join(x for x in (said, WHEN_SHOWN[args.visibility]) if x))
+                             output=" ".join(x for x in (refused, said, WHEN_SHOWN[args.visibility]) if x))
     print("\n".join(board.table()))
-    try:
-        missing = describe_missing(shared().hello()["missing"])
-    except SandboxError as e:
-        missing = [f"the sandbox could not start: {e}"]
     if missing:
         print("Sandbox walls missing here:\n  - " + "\n  - ".join(missing))
     shared().stop()

@@ -1,0 +1,149 @@
+"""Where Landlock is missing and the grader is root (Gradescope's containers): the walls that keep the answers
+out then, attacked with Landlock switched off (``ATTENTION_COURSE_SANDBOX_OFF``).
+
+Student code runs as an unprivileged user; each run sees the grading packages empty (with namespaces); the
+Gradescope bundle makes its answers root-only; and where a probe run can still read an answer, grading fails
+closed: no points, and a message for the instructor.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autograder.engine.assignments import ASSIGNMENTS
+from autograder.engine.exercise import grade
+from autograder.engine.sandbox.client import Sandbox
+from autograder.engine.sandbox.walls import PURPOSE
+from course.layout import ROOT as REPO
+from tests.notebooks import filled, source_solutions
+from tests.test_gradescope_bundle import A, bundle, gradescope_problems  # noqa: F401 - bundle is a fixture
+from tests.test_hostile_submissions import SCORES, cells_with
+
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
+                                 reason="needs a grader running as root on Linux")]
+
+READ_THE_REFERENCE = f'''
+import os
+def attention_scores(q, k):
+    assert os.getuid() != 0, "student code runs as root"
+    space = {{}}
+    exec(open({str(REPO / "solutions" / "attention_basics.py")!r}).read(), space)
+    return space["attention_scores"](q, k)
+'''
+
+
+@pytest.fixture
+def sandbox_off(monkeypatch):
+    """A fork server started with the given walls switched off, stopped after the test."""
+    started = []
+
+    def start(*walls):
+        monkeypatch.setenv("ATTENTION_COURSE_SANDBOX_OFF", ",".join(walls))
+        started.append(Sandbox())
+        started[-1].hello()
+        return started[-1]
+
+    yield start
+    for sandbox in started:
+        sandbox.stop()
+
+
+def test_without_landlock_student_code_is_unprivileged_and_sees_no_answers(sandbox_off):
+    sandbox = sandbox_off("landlock")
+    assert {"user", "hidden-answers"} <= set(sandbox.hello()["up"])
+    assert "answers" not in sandbox.hello()["missing"]
+    verdict = grade(SCORES, cells_with(READ_THE_REFERENCE), sandbox=sandbox, timeout_s=10)
+    assert not verdict.passed and not verdict.grader_problem
+    assert "FileNotFoundError" in verdict.message, verdict.message  # an empty folder, not the answer
+
+
+def test_an_honest_notebook_gets_full_marks_without_landlock(sandbox_off):
+    sandbox = sandbox_off("landlock", "seccomp")
+    honest = source_solutions()
+    verdicts = [grade(e, cells_with(honest[e.name]), sandbox=sandbox, timeout_s=20)
+                for e in ASSIGNMENTS["01_attention_basics"][:1]]
+    assert all(v.passed for v in verdicts), [v.message for v in verdicts]
+
+
+@pytest.mark.parametrize("walls_off", [("landlock", "namespaces"), ("landlock", "namespaces", "user")],
+                         ids=["answers readable by nobody", "no unprivileged user"])
+def test_grading_fails_closed_where_a_run_can_read_the_answers(sandbox_off, walls_off):
+    """The checkout's answers are world-readable: with neither Landlock nor the mount namespace, a run
+    (as nobody, or as root) reads them, so no exercise is graded and the reason is named."""
+    sandbox = sandbox_off(*walls_off)
+    assert "answers" in sandbox.hello()["missing"]
+    verdict = grade(SCORES, cells_with(READ_THE_REFERENCE), sandbox=sandbox, timeout_s=10)
+    assert not verdict.passed and verdict.grader_problem
+    assert "cannot keep the answers out" in verdict.message, verdict.message
+
+
+@pytest.mark.slow  # the bundle's real pip install, then its run_autograder
+def test_the_gradescope_bundle_keeps_its_answers_from_nobody_without_landlock(bundle):  # noqa: F811
+    """As Gradescope runs it (root, here without Landlock): the submission cannot read either copy of the
+    reference nor write the results, and the rest of its notebook is graded."""
+    root, site = bundle
+    os.chmod(site, 0o755)  # a real site-packages is readable by everyone; mkdtemp made this one root-only
+    results = root / "results" / "results.json"
+    attack = f'''
+FORGED = []
+try:
+    FORGED.append(open({str(results)!r}, "w").write('{{"score": 100, "tests": []}}'))
+except OSError:
+    pass
+
+
+def padding_mask(attention_mask):
+    import os
+    assert os.getuid() != 0, "student code runs as root"
+    space = {{}}
+    for path in {[str(root / "source" / "solutions" / "attention_basics.py"),
+                  str(site / "solutions" / "attention_basics.py")]!r}:
+        try:
+            exec(open(path).read(), space)
+        except OSError:
+            pass
+    for folder in {[str(root / "source"), str(root / "submission"), str(root / "results")]!r}:
+        try:
+            open(os.path.join(folder, "planted"), "w").write("x")
+        except OSError:
+            continue
+        return "planted"
+    return space["padding_mask"](attention_mask)
+'''
+    (root / "submission").mkdir(exist_ok=True)
+    notebook = filled({**source_solutions(A), "padding_mask": attack})
+    (root / "submission" / f"{A}.ipynb").write_text(json.dumps(notebook), encoding="utf-8")
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHONPATH": str(site),
+           "ATTENTION_COURSE_SANDBOX_OFF": "landlock",
+           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    done = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(results.read_text(encoding="utf-8"))
+    assert gradescope_problems(report) == []
+    by_name = {t["name"]: t for t in report["tests"]}
+    assert by_name[f"{A} / padding_mask"]["status"] == "failed"
+    assert "KeyError" in by_name[f"{A} / padding_mask"]["output"], by_name[f"{A} / padding_mask"]["output"]
+    assert report["score"] == sum(e.points for e in ASSIGNMENTS[A]) - 2
+    assert not any((root / folder / "planted").exists() for folder in ("source", "submission", "results"))
+    assert PURPOSE["landlock"] in done.stdout and PURPOSE["answers"] not in done.stdout
+
+
+@pytest.mark.slow  # the bundle's real pip install, then its run_autograder
+def test_the_gradescope_bundle_fails_closed_when_nothing_keeps_the_answers_out(bundle):  # noqa: F811
+    """Landlock off, and no unprivileged user: the run could read the answers, so nothing is graded and
+    results.json's top-level output says why."""
+    root, site = bundle
+    (root / "submission").mkdir(exist_ok=True)
+    (root / "submission" / f"{A}.ipynb").write_text(json.dumps(filled(source_solutions(A))), encoding="utf-8")
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHONPATH": str(site),
+           "ATTENTION_COURSE_SANDBOX_OFF": "landlock,namespaces,user",
+           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    done = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
+    assert gradescope_problems(report) == []
+    assert report["score"] == 0
+    assert "cannot keep the answers out" in report["output"], report["output"]
+    assert PURPOSE["answers"] in done.stdout
