@@ -110,6 +110,7 @@ def refused(run, out, *offending) -> None:
     assert not (out / "grades.csv").exists()
 
 
+@pytest.mark.slow  # shares one real two-shard course-grade run
 def test_honest_shards_merge_with_nfc_names_and_safe_cells(shards, tmp_path):
     shard1, shard2 = shards
     assert {e[0] for e in record(shard1)["entries"]} == {"-2+3", "alice"}
@@ -123,6 +124,7 @@ def test_honest_shards_merge_with_nfc_names_and_safe_cells(shards, tmp_path):
     assert sorted(os.listdir(out / "feedback")) == sorted(["-2+3", "@SUM(1+1)", "alice", NFC])
 
 
+@pytest.mark.slow  # shares one real two-shard course-grade run
 def test_a_student_name_with_dotdot_writes_nothing_outside_out(shards, tmp_path):
     shard1, shard2 = shards
     edit_record(shard1, renamed("alice", "../../escaped"))
@@ -131,6 +133,7 @@ def test_a_student_name_with_dotdot_writes_nothing_outside_out(shards, tmp_path)
     assert not list(tmp_path.rglob("escaped*"))
 
 
+@pytest.mark.slow  # shares one real two-shard course-grade run
 def test_a_result_key_with_dotdot_writes_nothing_outside_out(shards, tmp_path):
     shard1, shard2 = shards
     key = "../../../escaped"
@@ -141,6 +144,7 @@ def test_a_result_key_with_dotdot_writes_nothing_outside_out(shards, tmp_path):
     assert not (tmp_path / "deep" / "escaped.json").exists()
 
 
+@pytest.mark.slow  # shares one real two-shard course-grade run
 def test_points_beyond_the_exercise_never_reach_the_gradebook(shards, tmp_path):
     shard1, shard2 = shards
     edit_result(shard1, "alice", lambda result: first_verdict(result, points=999))
@@ -152,6 +156,7 @@ def test_points_beyond_the_exercise_never_reach_the_gradebook(shards, tmp_path):
     assert not (out / "grades.csv").exists()
 
 
+@pytest.mark.slow  # shares one real two-shard course-grade run
 @pytest.mark.parametrize("change", [
     lambda r: first_verdict(r, points=-1),
     lambda r: first_verdict(r, points=True),  # an int to Python
@@ -181,6 +186,7 @@ def test_an_edited_result_is_refused_naming_its_file(shards, tmp_path, change):
     refused(course_grade("--merge", shard1, shard2, "--out", out), out, result_file(shard1, "alice"))
 
 
+@pytest.mark.slow  # shares one real two-shard course-grade run
 @pytest.mark.parametrize("damage", [
     lambda path: path.write_bytes(b"\xff\xfe not UTF-8"),
     lambda path: path.write_text("[1, 2]", encoding="utf-8"),
@@ -196,6 +202,7 @@ def test_a_result_file_that_is_not_one_is_refused(shards, tmp_path, damage):
     refused(course_grade("--merge", shard1, shard2, "--out", out), out, path)
 
 
+@pytest.mark.slow  # shares one real two-shard course-grade run
 def test_a_result_of_another_assignment_is_refused(shards, tmp_path):
     shard1, shard2 = shards
     verdicts = tuple(Verdict(e.name, e.points, e.points, "通过") for e in ASSIGNMENTS[B])
@@ -216,6 +223,7 @@ def _another_assignment_than_graded(edited):
     edited["entries"][0][1] = B
 
 
+@pytest.mark.slow  # shares one real two-shard course-grade run
 @pytest.mark.parametrize("change", [
     _first_entry(0, "a\x00b"),
     _first_entry(0, "a\nb"),
@@ -255,6 +263,7 @@ def test_an_edited_class_record_is_refused_naming_its_file(shards, tmp_path, cha
     refused(course_grade("--merge", shard1, shard2, "--out", out), out, record_file(shard2))
 
 
+@pytest.mark.slow  # shares one real two-shard course-grade run
 def test_a_name_in_nfd_is_merged_in_nfc(shards, tmp_path):
     shard1, shard2 = shards
     edit_record(shard2, renamed(NFC, NFD))
@@ -266,6 +275,7 @@ def test_a_name_in_nfd_is_merged_in_nfc(shards, tmp_path):
 
 
 # Shard 1 holds "-2+3" and alice, shard 2 "@SUM(1+1)" and NFC: one name of one shard renamed.
+@pytest.mark.slow  # shares one real two-shard course-grade run
 @pytest.mark.parametrize("shard, old, new", [
     (2, "@SUM(1+1)", "alice"),
     (2, "@SUM(1+1)", "Alice"),

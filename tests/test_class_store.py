@@ -8,6 +8,8 @@ import subprocess
 import sys
 import tokenize
 
+import pytest
+
 from course.layout import ROOT as REPO
 from tests.notebooks import released_path
 
@@ -44,6 +46,7 @@ def _grade(course, klass, out) -> str:
     return done.stdout.splitlines()[0]
 
 
+@pytest.mark.slow  # real course-grade runs on a copy of the course
 def test_only_what_decides_a_verdict_regrades_a_class(tmp_path):
     course = _copy_of_the_course(tmp_path / "course")
     klass = tmp_path / "class"

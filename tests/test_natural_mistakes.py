@@ -15,6 +15,7 @@ from tests.natural_mistakes.reading import names, reading
 ENTRIES = all_entries()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ASSIGNMENTS, ids=[module.ASSIGNMENT for module in ASSIGNMENTS])
 def test_the_writers_own_correct_code_passes_and_every_entry_really_is_a_mistake(module, sandbox):
     """Correct code written by someone else is accepted; each mistake differs from it on probes of the writer's
