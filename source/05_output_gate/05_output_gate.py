@@ -147,7 +147,7 @@ for score in (-6.0, 0.0, 6.0):
     print(f"sigmoid({score:+.0f}) = {torch.sigmoid(torch.tensor(score)).item():.4f}")
 
 gated_silent = out_silent * torch.sigmoid(torch.tensor(-6.0))
-print("the silent head's output (1, 1) times sigmoid(-6):", gated_silent)
+print("没事可做的头的输出 (1, 1) 乘上 sigmoid(-6)：", gated_silent)
 
 # %% [markdown]
 # 分数 $-6$ 时门是 0.0025，第 1 节那份平均值 $(1,\ 1)$ 变成 $(0.0025,\ 0.0025)$：这个头真的没有发言，
@@ -234,15 +234,15 @@ torch.manual_seed(0)
 w_v_head = torch.randn(6, 2)  # one head's value projection:   [hidden, D]
 w_o_head = torch.randn(2, 6)  # that head's block of o_proj:    [D, hidden]
 fixed_map = w_v_head @ w_o_head  # without a gate: the same [hidden, hidden] map for every token
-print(f"W_V W_O: shape {tuple(fixed_map.shape)}, rank {torch.linalg.matrix_rank(fixed_map).item()}")
+print(f"W_V W_O：形状 {tuple(fixed_map.shape)}，秩 {torch.linalg.matrix_rank(fixed_map).item()}")
 
 token_maps = {}
 for name, scores in [("A", torch.tensor([4.0, -4.0])), ("B", torch.tensor([-4.0, 4.0]))]:
     gates = torch.sigmoid(scores)  # computed from the current token, one per head dim
     token_maps[name] = w_v_head @ torch.diag(gates) @ w_o_head
-    print(f"token {name}: gates {[round(g, 3) for g in gates.tolist()]}, "
-          f"map rank {torch.linalg.matrix_rank(token_maps[name]).item()}")
-print("A and B get different maps:", not torch.allclose(token_maps["A"], token_maps["B"], atol=1e-3))
+    print(f"token {name}：门 {[round(g, 3) for g in gates.tolist()]}，"
+          f"映射的秩 {torch.linalg.matrix_rank(token_maps[name]).item()}")
+print("A 和 B 得到的映射不一样：", not torch.allclose(token_maps["A"], token_maps["B"], atol=1e-3))
 
 # %% [markdown]
 # 没有门时，两个 token 取回的内容都经过同一张秩为 2 的映射；有门时，A 几乎只让第 0 个 value 维通过，B 几乎只让第 1 个通过，
@@ -373,8 +373,8 @@ w_fused = w_fused.reshape(heads * 2 * dim, features)  # [H·2D, F], laid out lik
 
 x_demo = torch.randn(1, 5, features)  # [B, T, F]
 query_fused, gate_fused = split_query_gate(x_demo @ w_fused.T, heads, dim)
-print("query equal:", torch.allclose(query_fused, (x_demo @ w_query.T).view(1, 5, heads, dim)))
-print("gate  equal:", torch.allclose(gate_fused, (x_demo @ w_gate.T).view(1, 5, heads, dim)))
+print("query 一样：", torch.allclose(query_fused, (x_demo @ w_query.T).view(1, 5, heads, dim)))
+print("门一样：    ", torch.allclose(gate_fused, (x_demo @ w_gate.T).view(1, 5, heads, dim)))
 
 # %% [markdown]
 # 既然数学一样，拼在一起的理由在工程上：
@@ -390,7 +390,7 @@ print("gate  equal:", torch.allclose(gate_fused, (x_demo @ w_gate.T).view(1, 5, 
 # Two "GPUs", each taking a contiguous half of the fused rows: GPU 0 gets heads 0 and 1 whole.
 rows_gpu0 = w_fused[: heads // 2 * 2 * dim]
 query_gpu0, gate_gpu0 = split_query_gate(x_demo @ rows_gpu0.T, heads // 2, dim)
-print("GPU 0 has query and gate of heads 0-1:",
+print("GPU 0 拿到了头 0–1 的 query 和门：",
       torch.allclose(query_gpu0, query_fused[:, :, :2]) and torch.allclose(gate_gpu0, gate_fused[:, :, :2]))
 
 # %% [markdown]
@@ -400,9 +400,9 @@ print("GPU 0 has query and gate of heads 0-1:",
 config = load_config()
 gate_params = config.hidden_size * config.num_attention_heads * config.head_dim
 n_full = len(config.full_attention_layers)
-print(f"per full-attention layer: {config.hidden_size} × {config.num_attention_heads * config.head_dim} "
-      f"= {gate_params:,} ≈ {gate_params / 1e6:.1f}M gate parameters")
-print(f"{n_full} full-attention layers {list(config.full_attention_layers)}: "
+print(f"每个 full attention 层：{config.hidden_size} × {config.num_attention_heads * config.head_dim} "
+      f"= {gate_params:,} ≈ {gate_params / 1e6:.1f}M 个门的参数")
+print(f"{n_full} 个 full attention 层 {list(config.full_attention_layers)}："
       f"{n_full * gate_params:,} ≈ {n_full * gate_params / 1e6:.1f}M")
 
 # %% [markdown]
@@ -618,9 +618,9 @@ for step in range(n_steps + 1):  # record the state after 0, 1, ..., 200 updates
     loss_history.append((((sgd_r + gates_now * sgd_o - sgd_t) ** 2) / 2).sum().item())
     grad_history.append(grad)
     if step in report_at:
-        print(f"step {step:3d}: w = [{sgd_w[0]:+.3f}, {sgd_w[1]:+.3f}]  "
-              f"gate(问号) {gates_now[0]:.3f}  gate(数字) {gates_now[1]:.3f}  "
-              f"loss {loss_history[-1]:.4f}  grad [{grad[0]:+.4f}, {grad[1]:+.4f}]")
+        print(f"第 {step:3d} 步：w = [{sgd_w[0]:+.3f}, {sgd_w[1]:+.3f}]  "
+              f"门(问号) {gates_now[0]:.3f}  门(数字) {gates_now[1]:.3f}  "
+              f"损失 {loss_history[-1]:.4f}  梯度 [{grad[0]:+.4f}, {grad[1]:+.4f}]")
     if step < n_steps:
         sgd_w = sgd_w - learning_rate * grad
 

@@ -285,7 +285,7 @@ grade("LlamaAttention")
 
 # %%
 model = load_model(folder, LlamaAttention)
-print(f"parameters: {sum(p.numel() for p in model.parameters()):,}")
+print(f"参数：{sum(p.numel() for p in model.parameters()):,} 个")
 
 prompt_ids = torch.tensor([tokenizer.encode("The capital of France is").ids])
 with torch.no_grad():
@@ -346,8 +346,8 @@ reference_model = load_model(folder, SdpaLlamaAttention)
 sentence_ids = torch.tensor([tokenizer.encode("Attention lets every token look back at the tokens before it.").ids])
 with torch.no_grad():
     yours, theirs = model(sentence_ids), reference_model(sentence_ids)
-print(f"logits [1, {sentence_ids.shape[1]}, {yours.shape[-1]}]: largest difference {(yours - theirs).abs().max():.2e}, "
-      f"same next-token choice at every position: {torch.equal(yours.argmax(-1), theirs.argmax(-1))}")
+print(f"logits [1, {sentence_ids.shape[1]}, {yours.shape[-1]}]：最大差 {(yours - theirs).abs().max():.2e}，"
+      f"每个位置选出的下一个 token 都一样：{torch.equal(yours.argmax(-1), theirs.argmax(-1))}")
 
 # %% [markdown]
 # 30 层叠下来，差别仍在 $10^{-4}$ 以内：这就是 float32 的舍入。再单独看一层：第 16 层拿到的真实输入
@@ -367,7 +367,7 @@ for dtype in (torch.float32, torch.bfloat16):
     theirs_16.load_state_dict(model.layers[16].self_attn.state_dict())
     with torch.no_grad():
         a, b = yours_16(layer_input.to(dtype))[0], theirs_16(layer_input.to(dtype))[0]
-    print(f"{str(dtype):>15}: outputs up to {b.abs().max():.2f}, largest difference {(a - b).abs().max().item():.2e}")
+    print(f"{str(dtype):>15}：输出最大到 {b.abs().max():.2f}，两种写法最大差 {(a - b).abs().max().item():.2e}")
 
 # %% [markdown]
 # bfloat16 只有 8 位二进制有效位（约 2～3 位十进制有效数字），q、k 和分数都要舍入一次，两种写法各舍各的，差别到了 $10^{-2}$ 的量级——这不是错，
@@ -472,10 +472,10 @@ with torch.no_grad():
     answer = greedy_generate(model, question_ids, 16)
     seconds = time.perf_counter() - start
     reference_answer = greedy_generate(reference_model, question_ids, 16)
-print(f"prompt: {question_ids.shape[1]} tokens; 16 new tokens in {seconds:.1f} s")
-print("your model     :", answer_text(answer[0]))
-print("reference model:", answer_text(reference_answer[0]))
-print("token for token the same:", torch.equal(answer, reference_answer))
+print(f"提示词 {question_ids.shape[1]} 个 token；生成 16 个新 token 用了 {seconds:.1f} 秒")
+print("你的模型：", answer_text(answer[0]))
+print("参考模型：", answer_text(reference_answer[0]))
+print("逐个 token 都一样：", torch.equal(answer, reference_answer))
 
 # %% [markdown]
 # 再问一个开放一点的问题：
@@ -517,7 +517,7 @@ with torch.no_grad():
         cached_ms.append(1000 * min(steps))  # the fastest of three steps, each with about `length` tokens cached
         uncached_ms.append(1000 * seconds_of(lambda: model(long_ids[:, :length + 1])))
 for length, fast, slow in zip(lengths, cached_ms, uncached_ms):
-    print(f"L = {length:>3}: with the cache {fast:6.1f} ms, without {slow:7.1f} ms  ({slow / fast:4.1f}×)")
+    print(f"L = {length:>3}：用缓存 {fast:6.1f} ms，不用缓存 {slow:7.1f} ms（慢 {slow / fast:4.1f} 倍）")
 
 fig, ax = plt.subplots(figsize=(7, 4))
 ax.plot(lengths, uncached_ms, marker="o", label="不用缓存：整个序列重算")
@@ -569,7 +569,7 @@ story = "Alice went to the market. She bought apples and pears. Later, Alice gav
 story_ids = torch.tensor([tokenizer.encode(story).ids])
 story_tokens = [tokenizer.decode([i]) for i in story_ids[0].tolist()]
 story_inputs = layer_inputs(story_ids)
-print(len(story_tokens), "tokens:", " | ".join(story_tokens))
+print(len(story_tokens), "个 token：", " | ".join(story_tokens))
 
 # %% [markdown]
 # 四个头，每个都有一件一眼就能看出来的"差事"：
@@ -599,8 +599,8 @@ for layer, head, job in chosen_heads:
     weights = attention_weights(layer, story_inputs[layer])[head]
     for query in (second_apples, last_alice):
         top = int(weights[query].argmax())
-        print(f"layer {layer:>2} head {head} ({job}): {story_tokens[query]!r} (position {query}) -> "
-              f"{story_tokens[top]!r} (position {top}) with {weights[query, top]:.2f}")
+        print(f"第 {layer:>2} 层第 {head} 个头（{job}）：{story_tokens[query]!r}（位置 {query}）→ "
+              f"{story_tokens[top]!r}（位置 {top}），权重 {weights[query, top]:.2f}")
 
 # %% [markdown]
 # ## 8. attention sink：量一量
@@ -621,8 +621,8 @@ paragraph_ids = torch.tensor([tokenizer.encode(paragraph).ids])
 paragraph_inputs = layer_inputs(paragraph_ids)
 first_share = torch.stack([attention_weights(layer, paragraph_inputs[layer])[:, 1:, 0].mean(dim=-1)
                            for layer in range(config.num_hidden_layers)])  # [layers, heads]
-print(f"{paragraph_ids.shape[1]} tokens; first-token share over all layers and heads: {first_share.mean():.1%}")
-print(f"heads giving it more than half of their attention: {int((first_share > 0.5).sum())} of {first_share.numel()}")
+print(f"{paragraph_ids.shape[1]} 个 token；所有层、所有头给第一个 token 的注意力平均占 {first_share.mean():.1%}")
+print(f"把一半以上的注意力给了它的头：{first_share.numel()} 个里有 {int((first_share > 0.5).sum())} 个")
 
 fig, (ax_map, ax_layers) = plt.subplots(1, 2, figsize=(14, 6.5), gridspec_kw={"width_ratios": [1, 1.3]})
 image = ax_map.imshow(first_share.numpy(), cmap="Reds", vmin=0, vmax=1, aspect="auto")
@@ -659,7 +659,7 @@ with torch.no_grad():
                              config.num_key_value_heads)[0]  # [H_kv, T, D]
         lengths_v = values.norm(dim=-1)
         value_ratio.append((lengths_v[:, 0] / lengths_v[:, 1:].mean(dim=-1)).mean().item())
-print("‖v(first token)‖ / mean ‖v(others)‖ per layer:")
+print("每一层 ‖第一个 token 的 v‖ / 其余 token 的平均 ‖v‖：")
 print("  " + "  ".join(f"{layer}:{ratio:.2f}" for layer, ratio in enumerate(value_ratio)))
 
 # %% [markdown]
@@ -724,9 +724,9 @@ plt.show()
 worst = p_without.flatten().argsort()[:3]
 for index in worst.tolist():
     layer, head = divmod(index, config.num_attention_heads)
-    print(f"without layer {layer:>2} head {head}: p(' Paris') = {p_without[layer, head]:.3f}")
-print(f"heads whose removal changes p(' Paris') by less than 0.05: "
-      f"{int(((p_without - p_clean).abs() < 0.05).sum())} of {p_without.numel()}")
+    print(f"去掉第 {layer:>2} 层第 {head} 个头：p(' Paris') = {p_without[layer, head]:.3f}")
+print(f"去掉之后 p(' Paris') 变化不到 0.05 的头：{p_without.numel()} 个里有 "
+      f"{int(((p_without - p_clean).abs() < 0.05).sum())} 个")
 
 # %% [markdown]
 # 大多数头关掉了，预测几乎不动（白色）——模型里有大量冗余；可有个别头一关，" Paris" 的概率就掉了一大截。
@@ -761,10 +761,10 @@ def copy_accuracy(silenced: dict[int, list[int]]) -> float:
     return (predicted[second] == repeated[0, run_length + 2:]).float().mean().item()
 
 
-for label, silenced in [("all heads on", {}), ("without layer 18 head 6", {18: [6]}),
-                        ("without layer 5 head 2 (an ordinary head)", {5: [2]}),
-                        ("without layer 18 head 6 and layer 17 heads 3-5", {18: [6], 17: [3, 4, 5]})]:
-    print(f"{label:<48} copies the next token {copy_accuracy(silenced):.0%} of the time")
+for label, silenced in [("所有头都在", {}), ("去掉第 18 层第 6 个头", {18: [6]}),
+                        ("去掉第 5 层第 2 个头（一个普通的头）", {5: [2]}),
+                        ("去掉第 18 层第 6 个头和第 17 层第 3–5 个头", {18: [6], 17: [3, 4, 5]})]:
+    print(f"{label}：照抄下一个 token 的比例 {copy_accuracy(silenced):.0%}")
 
 # %% [markdown]
 # 随便关一个头，照抄的本事不变；关掉第 18 层头 6，正确率就掉了一大截；再关掉第 17 层里另外三个做同样事情的头，
