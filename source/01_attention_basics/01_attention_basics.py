@@ -554,7 +554,7 @@ left_mask = padding_mask(torch.tensor([[0, 0, 0, 0, 1, 1, 1]])) & causal_mask(le
 q_l, k_l, v_l = [t[None, None] for t in toy.sentence_qkv(left_padded)]  # each [1, 1, 7, 8]
 out_l, weights_l = attention(q_l, k_l, v_l, mask=left_mask)                # weights [1, 1, 7, 7]
 
-print("NaN in weights:", weights_l.isnan().any().item())
+print("权重里有 NaN：", weights_l.isnan().any().item())
 plotting.attention_heatmap(weights_l, left_padded, title="左侧 padding：前四行整行被遮住")
 plt.show()
 
@@ -582,7 +582,7 @@ print("output :", out_0)
 
 gate = torch.sigmoid(torch.tensor(-6.0))
 gated = (out_0 * gate)[0]
-print(f"gate = sigmoid(-6) = {gate.item():.4f}  ->  gated output: ({gated[0]:.4f}, {gated[1]:.4f})")
+print(f"门 = sigmoid(-6) = {gate.item():.4f}  →  乘过门的输出：({gated[0]:.4f}, {gated[1]:.4f})")
 
 # %% [markdown]
 # 没有别的出路时，训练出来的模型会自己凑合：把第一个 token（因果掩码下每个 query 都看得见它）的 value

@@ -98,7 +98,7 @@ q_pair, k_pair = torch.tensor([1.0, 2.0]), torch.tensor([0.5, -1.5])
 step = 0.3  # radians per position
 for m, n in [(3, 1), (10, 8), (100, 98), (3, 2), (3, 0)]:
     dot = rotate_pair(q_pair, m * step) @ rotate_pair(k_pair, n * step)
-    print(f"query at {m:>3}, key at {n:>3} (distance {m - n}): dot {dot:+.4f}")
+    print(f"query 在 {m:>3}，key 在 {n:>3}（距离 {m - n}）：点积 {dot:+.4f}")
 
 # %% [markdown]
 # 前三行隔了 2 个位置，点积一样；换成隔 1 个、隔 3 个，点积就变了。旋转不改变向量的长度，所以 RoPE 只动"方向"，
@@ -277,7 +277,7 @@ def rope_dot(q_pos: int, k_pos: int, theta: float = 10_000.0) -> float:
 
 
 for q_pos, k_pos in [(5, 3), (50, 48), (5000, 4998), (5, 4), (5, 0)]:
-    print(f"q at {q_pos:>4}, k at {k_pos:>4} (distance {q_pos - k_pos}): {rope_dot(q_pos, k_pos):+.4f}")
+    print(f"q 在 {q_pos:>4}，k 在 {k_pos:>4}（距离 {q_pos - k_pos}）：{rope_dot(q_pos, k_pos):+.4f}")
 
 # %% [markdown]
 # 隔 2 个位置的三行相同（最后几位的差别是 float32 的舍入）。RoPE 让注意力分数里同时有两样东西：$q$、$k$ 的**内容**是否匹配，
@@ -323,8 +323,8 @@ scores_interleaved = (apply_rope_interleaved(tokens_demo @ w_q.T, cos_d, sin_d)
                       @ apply_rope_interleaved(tokens_demo @ w_k.T, cos_d, sin_d).T)
 scores_rotate_half = (apply_rope(tokens_demo @ w_q[to_rotate_half].T, cos_d, sin_d)
                       @ apply_rope(tokens_demo @ w_k[to_rotate_half].T, cos_d, sin_d).T)
-print("max difference of the 5 × 5 scores:", (scores_interleaved - scores_rotate_half).abs().max().item())
-print("without permuting the weights     :", (scores_interleaved - apply_rope(tokens_demo @ w_q.T, cos_d, sin_d)
+print("5 × 5 分数的最大差：      ", (scores_interleaved - scores_rotate_half).abs().max().item())
+print("不排列权重直接换写法时的最大差：", (scores_interleaved - apply_rope(tokens_demo @ w_q.T, cos_d, sin_d)
                                               @ apply_rope(tokens_demo @ w_k.T, cos_d, sin_d).T).abs().max().item())
 
 # %% [markdown]
@@ -420,7 +420,7 @@ latents = torch.randn(6, rank)           # six cached positions
 q_head = torch.randn(d_head)
 explicit = (latents @ w_uk.T) @ q_head   # rebuild every key, then dot
 absorbed = latents @ (w_uk.T @ q_head)   # fold W_uk into the query once
-print("no RoPE   : explicit vs absorbed, max difference", (explicit - absorbed).abs().max().item())
+print("没有 RoPE：直接算和吸收后算，最大差", (explicit - absorbed).abs().max().item())
 
 # %% [markdown]
 # 现在加上 RoPE。位置 $n$ 的 key 是 $R_n W_{UK} c_n$，位置 $m$ 的 query 是 $R_m q$：
@@ -439,8 +439,8 @@ keys_rotated = apply_rope(latents @ w_uk.T, cos_m, sin_m)     # key n rotated at
 q_rotated = apply_rope(q_head[None], cos_m[m:m + 1], sin_m[m:m + 1])[0]
 true_scores = keys_rotated @ q_rotated
 absorbed_try = latents @ (w_uk.T @ q_rotated)
-print("with RoPE : true scores     ", true_scores)
-print("            absorbed attempt", absorbed_try)
+print("有 RoPE：真正的分数  ", true_scores)
+print("        硬吸收得到的  ", absorbed_try)
 
 # %% [markdown]
 # 差得很远。要么放弃吸收（每一步把所有位置的 $k$ 升维、旋转一遍，缓存小了，计算却多了），要么……
@@ -469,7 +469,7 @@ q_samples, k_samples = torch.randn(10_000, d_nope_demo + d_rope_demo), torch.ran
 raw = (q_samples * k_samples).sum(-1)
 right_scale = (d_nope_demo + d_rope_demo) ** -0.5
 tutorial_scale = 1 / (math.sqrt(d_nope_demo) + math.sqrt(d_rope_demo))
-print(f"std of raw scores {raw.std():.2f}   (√48 = {math.sqrt(48):.2f})")
+print(f"没缩放的分数的标准差 {raw.std():.2f}（√48 = {math.sqrt(48):.2f}）")
 print(f"× (d_nope + d_rope)^-½      → std {(raw * right_scale).std():.2f}")
 print(f"× 1/(√d_nope + √d_rope)     → std {(raw * tutorial_scale).std():.2f}  (a divisor {right_scale / tutorial_scale:.2f}× too large)")
 

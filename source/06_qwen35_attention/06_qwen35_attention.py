@@ -82,12 +82,13 @@ checkpoint = find_checkpoint()
 print(checkpoint.describe())
 weights_label = "合成替身权重" if checkpoint.synthetic else "真实权重"
 config = load_config()
-print(f"hidden_size {config.hidden_size}, {config.num_hidden_layers} layers, "
-      f"{config.num_attention_heads} query heads, {config.num_key_value_heads} KV heads, head_dim {config.head_dim}")
+print(f"hidden_size {config.hidden_size}，{config.num_hidden_layers} 层，"
+      f"{config.num_attention_heads} 个 query 头，{config.num_key_value_heads} 个 KV 头，head_dim {config.head_dim}")
 print(f"rms_norm_eps {config.rms_norm_eps}, rope_theta {config.rope_theta:,.0f}, "
-      f"partial_rotary_factor {config.partial_rotary_factor} -> rotary_dim {config.rotary_dim}")
-print("full attention at layers", list(config.full_attention_layers))
-print("layer types:", " ".join("F" if kind == "full_attention" else "l" for kind in config.layer_types))
+      f"partial_rotary_factor {config.partial_rotary_factor} → rotary_dim {config.rotary_dim}")
+print("full attention 层：", list(config.full_attention_layers))
+print("各层类型（F = full attention，l = 线性注意力）：",
+      " ".join("F" if kind == "full_attention" else "l" for kind in config.layer_types))
 
 # %% [markdown]
 # 24 层按 `[线性注意力 ×3, 全注意力]` 重复 6 次，全注意力在第 3、7、11、15、19、23 层（`F`）。
@@ -309,8 +310,8 @@ def rotated_dot(q_pos, k_pos):
 
 for q_pos, k_pos in [(3, 1), (10, 8), (1000, 998), (3, 2), (3, 0)]:
     rotary_part, plain_part = rotated_dot(q_pos, k_pos)
-    print(f"q at {q_pos:>4}, k at {k_pos:>4} (distance {q_pos - k_pos}): "
-          f"first 64 dims {rotary_part:+.4f}, last 192 dims {plain_part:+.4f}")
+    print(f"q 在 {q_pos:>4}，k 在 {k_pos:>4}（距离 {q_pos - k_pos}）："
+          f"前 64 维 {rotary_part:+.4f}，后 192 维 {plain_part:+.4f}")
 
 # %% [markdown]
 # 距离都是 2 的三行，前 64 维的点积一样；距离变了，前 64 维就变了。后 192 维的点积无论放在哪里都不变：
@@ -325,15 +326,15 @@ for q_pos, k_pos in [(3, 1), (10, 8), (1000, 998), (3, 2), (3, 0)]:
 
 # %%
 kv_heads_demo = torch.tensor([10.0, 20.0]).view(1, 2, 1, 1)  # [B=1, Hkv=2, T=1, D=1]: KV head 0 is 10, head 1 is 20
-print("query head h reads:", repeat_kv(kv_heads_demo, 4).flatten().tolist())
+print("query 头 h 读的 KV 头：", repeat_kv(kv_heads_demo, 4).flatten().tolist())
 
 kv_per_token = 2 * config.num_key_value_heads * config.head_dim   # K and V, every KV head
 mha_per_token = 2 * config.num_attention_heads * config.head_dim  # what 8 full KV heads would store
 n_full = len(config.full_attention_layers)
-print(f"KV per token and layer: 2 × {config.num_key_value_heads} × {config.head_dim} = {kv_per_token:,} numbers "
-      f"(without GQA: 2 × {config.num_attention_heads} × {config.head_dim} = {mha_per_token:,})")
-print(f"all {n_full} full-attention layers, bfloat16: {kv_per_token * n_full * 2 / 1024:.0f} KiB per token "
-      f"(without GQA {mha_per_token * n_full * 2 / 1024:.0f} KiB)")
+print(f"每个 token、每层的 KV：2 × {config.num_key_value_heads} × {config.head_dim} = {kv_per_token:,} 个数"
+      f"（不用 GQA：2 × {config.num_attention_heads} × {config.head_dim} = {mha_per_token:,}）")
+print(f"全部 {n_full} 个 full attention 层，bfloat16：每个 token {kv_per_token * n_full * 2 / 1024:.0f} KiB"
+      f"（不用 GQA {mha_per_token * n_full * 2 / 1024:.0f} KiB）")
 
 # %% [markdown]
 # 每个 token 每层只存 1,024 个数，不用 GQA 要存 4,096 个：KV cache 只有原来的 1/4，长上下文时显存和带宽都只要 1/4。
@@ -617,7 +618,7 @@ cos3, sin3 = rope_cos_sin(torch.arange(seq_len), config.rotary_dim, config.rope_
 with torch.no_grad():
     hidden = input_norm(embeddings[None])  # [1, T, hidden]
     out3 = layer3(hidden, cos3, sin3)
-print(f"input {tuple(hidden.shape)} -> output {tuple(out3.shape)}")
+print(f"输入 {tuple(hidden.shape)} → 输出 {tuple(out3.shape)}")
 
 # %% [markdown]
 # ### 注意力矩阵
@@ -636,7 +637,7 @@ with torch.no_grad():
     n_rep = heads // kv_heads
     heads_out3, weights3 = attention(query3, repeat_kv(key3, n_rep), repeat_kv(value3, n_rep), causal_mask(seq_len))
     rebuilt3 = layer3.o_proj(apply_output_gate(heads_out3.transpose(1, 2), gate3).flatten(-2))
-print("attention weights:", tuple(weights3.shape), " rebuilt output equals layer3(...):",
+print("注意力权重：", tuple(weights3.shape), " 一步步重算的输出等于 layer3(...)：",
       torch.allclose(rebuilt3, out3, atol=1e-5))
 
 plotting.attention_heatmap(weights3[0, 0], pieces, title=f"第 3 层 · 头 0（{weights_label}）")
@@ -701,8 +702,8 @@ ax_hist.set_title(f"全部 {gate_values.numel():,} 个门")
 fig.tight_layout()
 plt.show()
 
-print("mean gate per head :", [round(v, 2) for v in gate_values.mean(dim=(0, 2)).tolist()])
-print(f"gates below 0.1    : {(gate_values < 0.1).float().mean():.0%}")
+print("每个头的平均门值：", [round(v, 2) for v in gate_values.mean(dim=(0, 2)).tolist()])
+print(f"小于 0.1 的门占：  {(gate_values < 0.1).float().mean():.0%}")
 
 # %% [markdown]
 # 同一个头对不同 token 开得不一样，不同的头平均开度也不一样——这正是门的用法：由当前 token 决定每个头这次说多少。
@@ -722,11 +723,11 @@ counts = {name: p.numel() for name, p in layer3.named_parameters()}
 total = sum(counts.values())
 for name, count in counts.items():
     print(f"  {name:<16} {count:>10,}  ({count / 1e6:.2f}M)")
-print(f"  {'total':<16} {total:>10,}  ≈ {total / 1e6:.1f}M")
+print(f"  {'合计':<16} {total:>10,}  ≈ {total / 1e6:.1f}M")
 q_count = counts["q_proj.weight"]
-print(f"q_proj: {q_count / 1e6:.1f}M, half of it ({q_count // 2 / 1e6:.1f}M) computes the output gate")
+print(f"q_proj：{q_count / 1e6:.1f}M，其中一半（{q_count // 2 / 1e6:.1f}M）算的是输出门")
 kv_numbers = layer3.k_proj.out_features + layer3.v_proj.out_features
-print(f"KV numbers cached per token: {kv_numbers:,} (8 full KV heads would need {2 * heads * head_dim:,})")
+print(f"每个 token 缓存的 KV 数：{kv_numbers:,}（8 个完整的 KV 头要 {2 * heads * head_dim:,}）")
 
 # %% [markdown]
 # 一层全注意力约 7.3M 参数，其中 `q_proj` 占 4.2M，它的一半（2.1M）专门用来算门；
