@@ -307,7 +307,7 @@ x_demo = torch.randn(5, D_DEMO)
 cos_d, sin_d = rope_cos_sin(torch.arange(5), D_DEMO, 10_000.0)
 same = torch.allclose(apply_rope(x_demo[:, to_rotate_half], cos_d, sin_d),
                       apply_rope_interleaved(x_demo, cos_d, sin_d)[:, to_rotate_half], atol=1e-6)
-print("permutation:", to_rotate_half.tolist(), "  rotate-half(permuted x) == permuted(interleaved(x)):", same)
+print("维度的排列：", to_rotate_half.tolist(), "  rotate-half(排列后的 x) == 排列(interleaved(x))：", same)
 
 # %% [markdown]
 # 权重也一样。query 和 key 都是 $W x$；把 $W_q$、$W_k$ 的**行**按同一个排列换一下，投影出来的向量就已经是 rotate-half 的排法，
