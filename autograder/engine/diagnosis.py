@@ -11,6 +11,7 @@ mistake's, or far closer to it than to the reference's.
 Cost: every mistake is tried on the first wrong case; only those that reproduce it are tried on the others.
 """
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,13 +28,9 @@ NEAR = 4  # ... or at most this many tolerances
 _RAISED = object()
 
 
-def free_positions(exercise: "Exercise", case: Case):
-    return exercise.free(case) if exercise.free else None
-
-
 def _agree(exercise: "Exercise", case: Case, got, wrong) -> bool:
     return compare(exercise.graded(got), wrong, case.dtype, exercise.tolerance(case.dtype),
-                   names=exercise.output_names, equal_nan=True, free=free_positions(exercise, case)) is None
+                   names=exercise.output_names, equal_nan=True, free=exercise.free_in(case)) is None
 
 
 def _output(exercise: "Exercise", mistake: "Mistake", case: Case, native: bool):
@@ -54,24 +51,37 @@ def reproduces(exercise: "Exercise", mistake: "Mistake", case: Case, got) -> boo
     return None if wrong is _RAISED else _agree(exercise, case, got, wrong)
 
 
-def named_mistake(exercise: "Exercise", cases: Sequence[Case], outputs: Sequence, expected: Sequence,
-                  right: Sequence[bool], first_wrong: int, raises_too: bool = True) -> "Mistake | None":
+@dataclass(frozen=True)
+class Diagnosis:
+    """``named``: the known mistake the student's code is. ``fits_until_raised``: when none is, but a mistake
+    given as code reproduces every case that ran and the code then raised where that mistake would not, that
+    mistake (a fact about the cases that ran, never a name)."""
+
+    named: "Mistake | None" = None
+    fits_until_raised: "Mistake | None" = None
+
+
+def diagnose(exercise: "Exercise", cases: Sequence[Case], outputs: Sequence, expected: Sequence,
+             right: Sequence[bool], first_wrong: int) -> Diagnosis:
     """The first known mistake that reproduces ``outputs[first_wrong]`` and agrees with every other output it can
     be tried on: the wrong ones, and the right ones too for a mistake given as code (a mistake that would have
     made a right output wrong is not the student's). ``outputs``, ``expected`` (the reference's results) and
     ``right`` cover the cases that returned; when the student's code raised on the case after them, a mistake
-    given as code must raise there too (unless not ``raises_too``: what fits the cases that ran)."""
-    raised_on = cases[len(outputs)] if len(outputs) < len(cases) and raises_too else None
+    given as code must raise there too, or it only fits the cases that ran."""
+    raised_on = cases[len(outputs)] if len(outputs) < len(cases) else None
+    fits = None
     for mistake in exercise.mistakes:
         if not reproduces(exercise, mistake, cases[first_wrong], outputs[first_wrong]):
             continue
+        if not all(_consistent(exercise, mistake, cases[i], outputs[i], expected[i], right[i])
+                   for i in range(len(outputs)) if i != first_wrong):
+            continue
         if raised_on is not None and mistake.fn is not None and \
                 _output(exercise, mistake, raised_on, mistake.native_dtype) is not _RAISED:
+            fits = fits or mistake
             continue
-        if all(_consistent(exercise, mistake, cases[i], outputs[i], expected[i], right[i])
-               for i in range(len(outputs)) if i != first_wrong):
-            return mistake
-    return None
+        return Diagnosis(named=mistake)
+    return Diagnosis(fits_until_raised=fits)
 
 
 def _consistent(exercise: "Exercise", mistake: "Mistake", case: Case, got, expected, is_right: bool) -> bool:

@@ -90,6 +90,10 @@ class Exercise:
     def definition(self) -> str:
         return self.defines or self.name
 
+    def free_in(self, case: Case):
+        """The positions of ``case``'s output where any finite value is right (``free``), or None."""
+        return self.free(case) if self.free else None
+
     def tolerance(self, dtype: torch.dtype) -> tolerances.Tolerance:
         return tolerances.for_dtype(dtype, self.tolerance_overrides)
 
@@ -127,7 +131,7 @@ def grader_problem(exercise: "Exercise", what: str) -> Verdict:
                    "请把这条信息告诉老师或助教；修好评分环境后重新评分。", grader_problem=True)
 
 
-def _clean(text: str, cap: int = limits.MESSAGE_CHARS) -> str:
+def _clean(text: str, cap: int) -> str:
     """Text safe to print anywhere: no control characters (terminal escapes) but newlines and tabs, at most
     ``cap`` characters (cut ones end in "……")."""
     kept = "".join(ch for ch in text[:cap + 1] if ch in "\n\t" or (ch >= " " and not 0x7f <= ord(ch) < 0xa0))
@@ -159,7 +163,7 @@ def check_output(exercise: Exercise, case: Case, got, expected=None) -> Mismatch
     if expected is None:
         expected = exercise.call(exercise.reference, case.in_float64())
     want = exercise.graded(expected)
-    free = exercise.free(case) if exercise.free else None
+    free = exercise.free_in(case)
     mismatch = compare(exercise.graded(got), want, case.dtype, exercise.tolerance(case.dtype),
                        names=exercise.output_names, free=free)
     if mismatch is None and exercise.verify is not None:
@@ -273,11 +277,11 @@ def _run_and_judge(exercise, cells, sandbox, timeout_s, cases, expected, fail, d
     except Malformed:
         return fail(_FORGED)
     if report.error is not None:
-        return fail(_clean(report.error.summary), _clean(report.error.details))
+        return fail(report.error.summary, report.error.details)
     missing = missing_definition(StudentCode(cells, defined=report.defined, syntax_errors=report.syntax_errors),
                                  exercise.definition)
     if missing:
-        return fail(_clean(missing))
+        return fail(missing)
     reached = {*report.reaches, *PULLED.get(exercise.call.__name__, ())}
     return _on_a_broken_base(exercise, _judge(exercise, cases, expected, report.outcomes, fail), reached, depends)
 
@@ -287,13 +291,13 @@ def _judge(exercise: Exercise, cases: list[Case], expected: References, outcomes
     """The verdict on the outcomes of the cases, in order: the first wrong one decides."""
     for index, (case, outcome) in enumerate(zip(cases, outcomes)):
         if isinstance(outcome, GraderError):  # the harness vouches that the grader's own code raised it
-            return grader_problem(exercise, _clean(outcome.what))
+            return grader_problem(exercise, outcome.what)
         if isinstance(outcome, Error):
             return _raised(exercise, case, outcome.info, fail)
         got, changed = outcome.output, outcome.changed
         problem = check_output(exercise, case, got, expected[index])
         if problem is None and changed:
-            return fail(f"没有通过：{_MUTATED[0]}", f"用例：{case.label}\n调用之后，{'、'.join(map(_clean, changed))}"
+            return fail(f"没有通过：{_MUTATED[0]}", f"用例：{case.label}\n调用之后，{'、'.join(changed)}"
                                                  f"的值变了。\n看起来是：{_MUTATED[0]}。{_MUTATED[1]}", _MUTATED[0])
         if problem is not None:
             return _wrong(exercise, cases, expected, outcomes, index, problem, fail)
@@ -307,7 +311,7 @@ def _raised(exercise: Exercise, case: Case, info, fail) -> Verdict:
     error means in the course's terms."""
     if info.summary == NOT_IMPLEMENTED:
         return fail(NOT_IMPLEMENTED)
-    lines = [f"用例：{case.label}", _clean(info.details)]
+    lines = [f"用例：{case.label}", info.details]
     said = info.summary + "\n" + info.details
     mistake = next((m for m in exercise.mistakes if m.error and re.search(m.error, said)), None)
     if mistake:
@@ -316,7 +320,7 @@ def _raised(exercise: Exercise, case: Case, info, fail) -> Verdict:
         meaning = torch_errors.explain(info.summary)
         if meaning:
             lines.append(f"这是什么意思：{meaning}")
-    return fail(_clean(info.summary), "\n".join(x for x in lines if x), mistake.name if mistake else "")
+    return fail(info.summary, "\n".join(x for x in lines if x), mistake.name if mistake else "")
 
 
 def _wrong(exercise: Exercise, cases: list[Case], expected: References, outcomes: tuple[Outcome, ...], index: int,
@@ -332,8 +336,9 @@ def _wrong(exercise: Exercise, cases: list[Case], expected: References, outcomes
     returned = [o for o in outcomes if isinstance(o, Ok)]
     right = [i != index and (i < index or check_output(exercise, cases[i], o.output, expected[i]) is None)
              for i, o in enumerate(returned)]
-    mistake = diagnosis.named_mistake(exercise, cases, [o.output for o in returned],
-                                      [expected[i] for i in range(len(returned))], right, index)
+    found = diagnosis.diagnose(exercise, cases, [o.output for o in returned],
+                               [expected[i] for i in range(len(returned))], right, index)
+    mistake = found.named
     if mistake is None and changed:
         mistake = Mistake(*_MUTATED)
     if mistake:
@@ -342,15 +347,12 @@ def _wrong(exercise: Exercise, cases: list[Case], expected: References, outcomes
         facts = clues.about_output(exercise.reference, case, exercise.graded(got), exercise.graded(expected[index]),
                                    exercise.tolerance(case.dtype), exercise.output_names)
         facts.append(clues.about_cases(cases[:len(returned)], right))
-        if len(returned) < len(cases):
-            fits = diagnosis.named_mistake(exercise, cases, [o.output for o in returned],
-                                           [expected[i] for i in range(len(returned))], right, index, raises_too=False)
-            if fits:  # a fact about the cases that ran, not a name: that mistake would not raise where this code did
-                crash = outcomes[len(returned)]
-                said = f"（{crash.info.summary}）" if isinstance(crash, Error) else ""
-                facts.insert(0, f"在跑完的 {len(returned)} 个用例上，你的输出和「{fits.name}」的写法一模一样；可是用例"
-                                f"「{cases[len(returned)].label}」上你的代码出错了{said}，那种写法在那里不会出错："
-                                "这个错误的原因要另外找。")
+        if found.fits_until_raised:  # a fact about the cases that ran, not a name: it would not raise where this did
+            crash = outcomes[len(returned)]
+            said = f"（{crash.info.summary}）" if isinstance(crash, Error) else ""
+            facts.insert(0, f"在跑完的 {len(returned)} 个用例上，你的输出和「{found.fits_until_raised.name}」的写法一模一样；"
+                            f"可是用例「{cases[len(returned)].label}」上你的代码出错了{said}，那种写法在那里不会出错："
+                            "这个错误的原因要另外找。")
         lines += [f"线索：{fact}" for fact in facts if fact]
     return fail(f"没有通过：{mistake.name if mistake else _MISMATCH_SUMMARY[kind]}", "\n".join(lines),
                 mistake.name if mistake else "")

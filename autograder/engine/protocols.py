@@ -116,7 +116,8 @@ def _decode(step, cache, x, attention_mask, steps, values: bool = False) -> tupl
         # shapes of the tensors among them.
         tensors = [part for part in (*parts, *named.values()) if isinstance(part, torch.Tensor)]
         stored.append([size for part in tensors for size in part.shape])
-        handed.append([t.detach().clone() for t in tensors])
+        if values:
+            handed.append([t.detach().clone() for t in tensors])
         return update(*parts, **named)
 
     cache.update = recording_update
