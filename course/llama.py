@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.modules.module import register_module_parameter_registration_hook
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 
@@ -126,19 +127,17 @@ def _built_on_cpu(attention_class, config) -> nn.Module:
     the meta device (``load_model``): its own ``__init__`` may make tensors that no checkpoint replaces. Its
     parameters, which the checkpoint does replace, go to the meta device as they are registered, so that
     their random initialisation (a tenth of a second for 30 layers) costs nothing."""
-    register = nn.Module.register_parameter
-
     def on_meta(module, name, parameter):
         if isinstance(parameter, nn.Parameter) and not parameter.is_meta:
-            parameter = nn.Parameter(parameter.to("meta"), requires_grad=parameter.requires_grad)
-        register(module, name, parameter)
+            return nn.Parameter(parameter.to("meta"), requires_grad=parameter.requires_grad)
+        return None
 
-    nn.Module.register_parameter = on_meta
+    handle = register_module_parameter_registration_hook(on_meta)
     try:
         with torch.device("cpu"):
             return attention_class(config)
     finally:
-        nn.Module.register_parameter = register
+        handle.remove()
 
 
 def load_model(folder, attention_class, dtype: torch.dtype = torch.float32) -> LlamaModel:
