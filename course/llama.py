@@ -11,6 +11,7 @@ Shapes: token ids ``[B, T]``; hidden states ``[B, T, hidden]``; logits ``[B, T, 
 ``attention_mask`` is ``[B, k_len]`` of 0/1 covering cached and new positions, as each attention module
 expects it (the exercise contract every notebook states).
 """
+import contextlib
 import dataclasses
 import json
 from pathlib import Path
@@ -122,11 +123,12 @@ class LlamaModel(nn.Module):
         return F.linear(self.norm(x), self.embed_tokens.weight)  # the head shares the embedding matrix
 
 
-def _built_on_cpu(attention_class, config) -> nn.Module:
-    """``attention_class(config)`` with real buffers and tensors, even while the rest of the model is built on
-    the meta device (``load_model``): its own ``__init__`` may make tensors that no checkpoint replaces. Its
-    parameters, which the checkpoint does replace, go to the meta device as they are registered, so that
-    their random initialisation (a tenth of a second for 30 layers) costs nothing."""
+@contextlib.contextmanager
+def parameters_on_meta():
+    """Inside, modules are built with real buffers and tensors but every parameter goes to the meta device as
+    it is registered, so that its random initialisation costs nothing: for modules whose every parameter is
+    then replaced (``load_state_dict(..., assign=True)``). Their own ``__init__`` may make tensors (a RoPE
+    table) that nothing replaces: those stay real. The hook is torch's global state while it lasts."""
     def on_meta(module, name, parameter):
         if isinstance(parameter, nn.Parameter) and not parameter.is_meta:
             return nn.Parameter(parameter.to("meta"), requires_grad=parameter.requires_grad)
@@ -135,9 +137,16 @@ def _built_on_cpu(attention_class, config) -> nn.Module:
     handle = register_module_parameter_registration_hook(on_meta)
     try:
         with torch.device("cpu"):
-            return attention_class(config)
+            yield
     finally:
         handle.remove()
+
+
+def _built_on_cpu(attention_class, config) -> nn.Module:
+    """``attention_class(config)`` built on the CPU, its parameters on meta (``parameters_on_meta``), even while
+    the rest of the model is built on the meta device (``load_model``)."""
+    with parameters_on_meta():
+        return attention_class(config)
 
 
 def load_model(folder, attention_class, dtype: torch.dtype = torch.float32) -> LlamaModel:

@@ -33,7 +33,8 @@ class TextConfig:
 
     Attention shapes follow from it: ``q_proj [num_attention_heads·2·head_dim, hidden_size]`` (query and
     output gate), ``k_proj``/``v_proj [num_key_value_heads·head_dim, hidden_size]``,
-    ``o_proj [hidden_size, num_attention_heads·head_dim]``, ``q_norm``/``k_norm [head_dim]``.
+    ``o_proj [hidden_size, num_attention_heads·head_dim]``, ``q_norm``/``k_norm [head_dim]``. Gated DeltaNet
+    shapes follow from the ``linear_*`` fields (see ``course.qwen35_weights.linear_attention_shapes``).
     """
 
     hidden_size: int
@@ -55,6 +56,7 @@ class TextConfig:
     attention_bias: bool
     tie_word_embeddings: bool
     dtype: str  # how the weights are stored, e.g. "bfloat16"
+    hidden_act: str = "silu"  # the activation after the Gated DeltaNet layers' conv1d (and in the MLP)
 
     @property
     def rotary_dim(self) -> int:
@@ -70,6 +72,11 @@ class TextConfig:
     def full_attention_layers(self) -> tuple[int, ...]:
         """Indices of the softmax-attention layers (the others are Gated DeltaNet linear attention)."""
         return tuple(i for i, kind in enumerate(self.layer_types) if kind == FULL_ATTENTION)
+
+    @property
+    def linear_attention_layers(self) -> tuple[int, ...]:
+        """Indices of the Gated DeltaNet (linear-attention) layers."""
+        return tuple(i for i, kind in enumerate(self.layer_types) if kind == LINEAR_ATTENTION)
 
 
 class ConfigError(ValueError):
@@ -136,6 +143,7 @@ def text_config_from_dict(raw: dict, source: str = "config") -> TextConfig:
         attention_bias=bool(text.get("attention_bias", False)),
         tie_word_embeddings=bool(tie),
         dtype=str(dtype),
+        hidden_act=str(text.get("hidden_act", "silu")),
     )
 
 

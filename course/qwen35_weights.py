@@ -1,4 +1,11 @@
-"""Load the weights of one Qwen3.5-0.8B attention layer, and token embeddings, from a checkpoint.
+"""Load the weights of one Qwen3.5-0.8B layer (softmax attention or Gated DeltaNet, and its MLP), and token
+embeddings, from a checkpoint.
+
+One loader per thing, each keyed relative to the layer as Hugging Face's ``Qwen3_5DecoderLayer`` names its
+parameters: ``load_attention_layer`` (a softmax-attention layer's ``self_attn`` and ``input_layernorm``),
+``load_linear_attention_layer`` (a Gated DeltaNet layer's ``linear_attn`` and ``input_layernorm``), ``load_mlp``
+(any layer's ``mlp`` and ``post_attention_layernorm``), and ``load_layer``, the whole decoder layer: the first or
+the second by the layer's type, with ``load_mlp``'s. ``load_embedding_rows`` reads embedding rows.
 
 Where the weights come from, in order:
 
@@ -6,26 +13,32 @@ Where the weights come from, in order:
 2. the folder in the environment variable ``QWEN35_PATH``;
 3. the Hugging Face cache, where ``hf download Qwen/Qwen3.5-0.8B`` puts the model
    (``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``);
-4. the partial copy ``course-weights qwen35 --layers 3`` fetches into the course's cache (the real
-   config, layer 3's weights and the embeddings of a few tokens; see ``course.tools.qwen35_fetch``);
-5. the synthetic stand-in shipped with the course in ``data/qwen35_layer3/`` (random weights with the
-   real keys, shapes, dtype and config; see its README).
+4. the partial copy ``course-weights qwen35 --layers 0-3`` fetches into the course's cache (the real
+   config, those layers' weights and the embeddings of a few tokens; see ``course.tools.qwen35_fetch``);
+5. the synthetic stand-in (random weights with the real keys, shapes, dtypes and config; see
+   ``data/qwen35_layer3/README.md``): layer 3's attention and the config ship in ``data/qwen35_layer3/``; layers
+   0-2's Gated DeltaNet and the MLPs of layers 0-3 are made from a seed the first time they are read
+   (``course.qwen35_stand_in``) and kept in the course's cache.
 
 A real model is used whenever one is found, and each loader prints one line saying which source it
 read. Only the tensors asked for are read, memory-mapped, never the whole checkpoint (1.7 GB): a
 checkpoint is a folder with ``config.json`` and either ``model.safetensors`` or sharded files listed
 in ``model.safetensors.index.json``.
 """
+import contextlib
 import dataclasses
 import json
 import os
+import uuid
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
+from safetensors.torch import load as load_safetensors
 
+from course import qwen35_stand_in
 from course.cache import cache_dir
-from course.qwen35 import FULL_ATTENTION, TextConfig, read_config
+from course.qwen35 import FULL_ATTENTION, LINEAR_ATTENTION, TextConfig, read_config
 
 REPO_ID = "Qwen/Qwen3.5-0.8B"
 ENV_VAR = "QWEN35_PATH"
@@ -44,10 +57,14 @@ SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 SYNTHETIC_NOTE = "synthetic stand-in"  # how the stand-in's safetensors metadata "note" starts
 PARTIAL_NOTE = "partial copy"  # how a partial copy's note starts
+# The published checkpoint keeps these small tensors of each Gated DeltaNet layer in float32 (A_log and norm.weight
+# are; dt_bias, as far as is known, is bfloat16) and everything else in the config's dtype; other releases and
+# conversions store them in the config's dtype. Either is accepted for these, and nothing else for the rest.
+FLOAT32_ALLOWED = ("linear_attn.A_log", "linear_attn.dt_bias", "linear_attn.norm.weight")
 
 _HOW_TO_GET_THE_MODEL = (f"download the model (`hf download {REPO_ID}`), set {ENV_VAR} "
                          "to a folder that holds its config.json and safetensors weights, or fetch only what the "
-                         "course reads with `course-weights qwen35 --layers 3`")
+                         "course reads with `course-weights qwen35 --layers 0-3` (assignment 06 needs only layer 3)")
 
 
 class CheckpointError(RuntimeError):
@@ -64,11 +81,12 @@ class Checkpoint:
     synthetic: bool
     partial: bool = False
 
-    def describe(self) -> str:
-        """One line for people: what these weights are and where they come from."""
+    def describe(self, layers: str = "3") -> str:
+        """One line for people: what these weights are and where they come from; ``layers`` is what the line
+        suggests fetching (``course-weights qwen35 --layers LAYERS``) instead of the stand-in."""
         if self.synthetic:
             return (f"合成的替身（{_display(self.folder)}）：格式和真模型一样，数值是随机的，不是训练好的模型；"
-                    f"要用真模型，运行 `course-weights qwen35 --layers 3`、设 {ENV_VAR}，或下载 {REPO_ID}")
+                    f"要用真模型，运行 `course-weights qwen35 --layers {layers}`、设 {ENV_VAR}，或下载 {REPO_ID}")
         if self.partial:
             return f"{REPO_ID}，在 {self.folder}（课程读的那些张量，由 `course-weights qwen35` 取来）"
         return f"{REPO_ID}，在 {self.folder}（{self.origin}）"
@@ -93,6 +111,21 @@ def find_checkpoint(path=None) -> Checkpoint:
 def partial_folder() -> Path:
     """Where ``course-weights qwen35`` keeps the partial copy of the real model."""
     return cache_dir() / "qwen35" / "Qwen3.5-0.8B-partial"
+
+
+def stand_in_folder() -> Path:
+    """Where the course keeps the stand-in's Gated DeltaNet layers and MLPs once it has made them."""
+    return cache_dir() / "qwen35" / "stand-in"
+
+
+def stand_in_file(layer: int) -> Path:
+    """The stand-in's file of Gated DeltaNet layer ``layer`` (one of ``qwen35_stand_in.LINEAR_LAYERS``)."""
+    return stand_in_folder() / f"layer-{layer}.safetensors"
+
+
+def stand_in_mlp_file(layer: int) -> Path:
+    """The stand-in's file of layer ``layer``'s MLP and post-attention norm (one of ``qwen35_stand_in.MLP_LAYERS``)."""
+    return stand_in_folder() / f"mlp-{layer}.safetensors"
 
 
 def load_config(path=None, *, verbose: bool = False) -> TextConfig:
@@ -121,14 +154,103 @@ def load_attention_layer(layer: int = 3, path=None, dtype=None, *, verbose: bool
     """
     checkpoint = find_checkpoint(path)
     config = read_config(checkpoint.folder / "config.json")
-    _check_layer(layer, config, checkpoint)
+    _check_layer(layer, config, checkpoint, FULL_ATTENTION)
     tensors = _TensorFiles(checkpoint.folder)
     prefix = f"{LANGUAGE_MODEL}layers.{layer}."
     weights = {name: tensors.read(prefix + name, shape, _stored_dtype(config), checkpoint)
                for name, shape in attention_shapes(config).items()}
     if verbose:
         print(f"第 {layer} 层的权重：{checkpoint.describe()}")
-    return {name: tensor.to(dtype) if dtype is not None else tensor for name, tensor in weights.items()}
+    return _cast(weights, dtype)
+
+
+def load_linear_attention_layer(layer: int, path=None, dtype=None, *, verbose: bool = True) -> dict[str, torch.Tensor]:
+    """The weights of Gated DeltaNet (linear-attention) layer ``layer``, keyed relative to the layer.
+
+    Returns (with the shapes of Qwen3.5-0.8B: ``Hk = Hv = 16`` key and value heads of ``Dk = Dv = 128``,
+    kernel ``K = 4``, hidden 1024; ``conv_dim = 2·Hk·Dk + Hv·Dv`` = 6144):
+
+    - ``linear_attn.in_proj_qkv.weight [conv_dim, hidden]`` = ``[6144, 1024]``: rows ``[q | k | v]``, each
+      head's rows together;
+    - ``linear_attn.in_proj_z.weight [Hv·Dv, hidden]`` = ``[2048, 1024]`` (the output gate);
+    - ``linear_attn.in_proj_b.weight``, ``linear_attn.in_proj_a.weight [Hv, hidden]`` = ``[16, 1024]``;
+    - ``linear_attn.conv1d.weight [conv_dim, 1, K]`` = ``[6144, 1, 4]`` (depthwise, no bias);
+    - ``linear_attn.dt_bias``, ``linear_attn.A_log [Hv]`` = ``[16]``;
+    - ``linear_attn.norm.weight [Dv]`` = ``[128]`` (the gated output norm: it scales by ``w``, not ``1 + w``);
+    - ``linear_attn.out_proj.weight [hidden, Hv·Dv]`` = ``[1024, 2048]``;
+    - ``input_layernorm.weight [hidden]`` = ``[1024]`` (zero-centred: scale ``1 + w``).
+
+    Hugging Face's ``Qwen3_5GatedDeltaNet`` loads ``submodule_state(weights, "linear_attn")`` unchanged; a module
+    with ``linear_attn`` and ``input_layernorm`` children loads the whole dict. Tensors keep the stored dtype unless
+    ``dtype`` asks for another: bfloat16, except ``A_log`` and ``norm.weight``, which the published checkpoint and
+    the stand-in keep in float32 (``FLOAT32_ALLOWED`` lists what may be either).
+    """
+    checkpoint = find_checkpoint(path)
+    config = read_config(checkpoint.folder / "config.json")
+    _check_layer(layer, config, checkpoint, LINEAR_ATTENTION)
+    prefix = f"{LANGUAGE_MODEL}layers.{layer}."
+    if checkpoint.synthetic:
+        if layer not in qwen35_stand_in.LINEAR_LAYERS:
+            raise CheckpointError(f"the synthetic stand-in holds only Gated DeltaNet layers "
+                                  f"{list(qwen35_stand_in.LINEAR_LAYERS)} (and attention layer 3), not layer {layer}; "
+                                  f"for other layers, {_HOW_TO_GET_THE_MODEL}")
+        read = _StandInFile(stand_in_file(layer), qwen35_stand_in.SHA256[layer], f"the stand-in of layer {layer}",
+                            lambda: qwen35_stand_in.linear_layer_bytes(config, layer)).read
+    else:
+        read = _reader(checkpoint)
+    stored = _stored_dtype(config)
+    weights = {name: read(prefix + name, shape, (stored, torch.float32) if name in FLOAT32_ALLOWED else stored)
+               for name, shape in linear_attention_shapes(config).items()}
+    if verbose:
+        print(f"第 {layer} 层的权重：{checkpoint.describe(layers='0-3')}")
+    return _cast(weights, dtype)
+
+
+def load_mlp(layer: int, path=None, dtype=None, *, verbose: bool = True) -> dict[str, torch.Tensor]:
+    """The MLP of layer ``layer`` (of either type) and the norm before it, keyed relative to the layer.
+
+    Returns (with the shapes of Qwen3.5-0.8B: hidden 1024, ``intermediate_size`` 3584), all bfloat16 as stored
+    unless ``dtype`` asks for another:
+
+    - ``mlp.gate_proj.weight``, ``mlp.up_proj.weight [intermediate, hidden]`` = ``[3584, 1024]``;
+    - ``mlp.down_proj.weight [hidden, intermediate]`` = ``[1024, 3584]``: the MLP is
+      ``down_proj(SiLU(gate_proj(x)) · up_proj(x))``;
+    - ``post_attention_layernorm.weight [hidden]`` = ``[1024]`` (zero-centred: scale ``1 + w``).
+
+    Hugging Face's ``Qwen3_5MLP`` loads ``submodule_state(weights, "mlp")`` unchanged.
+    """
+    checkpoint = find_checkpoint(path)
+    config = read_config(checkpoint.folder / "config.json")
+    _layer_type(layer, config, checkpoint.folder / "config.json")
+    prefix = f"{LANGUAGE_MODEL}layers.{layer}."
+    if checkpoint.synthetic:
+        if layer not in qwen35_stand_in.MLP_LAYERS:
+            raise CheckpointError(f"the synthetic stand-in holds only the MLPs of layers "
+                                  f"{list(qwen35_stand_in.MLP_LAYERS)}, not layer {layer}'s; for other layers, "
+                                  f"{_HOW_TO_GET_THE_MODEL}")
+        read = _StandInFile(stand_in_mlp_file(layer), qwen35_stand_in.MLP_SHA256[layer],
+                            f"the stand-in MLP of layer {layer}", lambda: qwen35_stand_in.mlp_bytes(config, layer)).read
+    else:
+        read = _reader(checkpoint)
+    weights = {name: read(prefix + name, shape, _stored_dtype(config)) for name, shape in mlp_shapes(config).items()}
+    if verbose:
+        print(f"第 {layer} 层 MLP 的权重：{checkpoint.describe(layers='0-3')}")
+    return _cast(weights, dtype)
+
+
+def load_layer(layer: int, path=None, dtype=None, *, verbose: bool = True) -> dict[str, torch.Tensor]:
+    """The whole decoder layer ``layer``, whatever its type (``load_config().layer_types[layer]``): the weights of
+    ``load_attention_layer`` for a softmax-attention layer or of ``load_linear_attention_layer`` for a Gated
+    DeltaNet one, with those of ``load_mlp``; so that layers 0-3 can be run in order. The keys are those of Hugging
+    Face's ``Qwen3_5DecoderLayer`` (``layer_shapes`` lists them), which loads the dict unchanged; one line says which
+    weights were read."""
+    checkpoint = find_checkpoint(path)
+    config = read_config(checkpoint.folder / "config.json")
+    mixer = load_linear_attention_layer if _layer_type(layer, config) == LINEAR_ATTENTION else load_attention_layer
+    weights = {**mixer(layer, path, dtype, verbose=False), **load_mlp(layer, path, dtype, verbose=False)}
+    if verbose:
+        print(f"第 {layer} 层的权重：{checkpoint.describe(layers='0-3')}")
+    return weights
 
 
 def load_embedding_rows(token_ids, path=None, dtype=None, *, verbose: bool = True) -> torch.Tensor:
@@ -152,6 +274,10 @@ def load_embedding_rows(token_ids, path=None, dtype=None, *, verbose: bool = Tru
     return rows.to(dtype) if dtype is not None else rows
 
 
+def _cast(weights: dict[str, torch.Tensor], dtype) -> dict[str, torch.Tensor]:
+    return {name: tensor.to(dtype) if dtype is not None else tensor for name, tensor in weights.items()}
+
+
 def attention_shapes(config) -> dict[str, tuple[int, ...]]:
     """Shapes of a full-attention layer's tensors, keyed relative to the layer."""
     heads, kv_heads, dim, hidden = (config.num_attention_heads, config.num_key_value_heads,
@@ -165,6 +291,45 @@ def attention_shapes(config) -> dict[str, tuple[int, ...]]:
         "self_attn.k_norm.weight": (dim,),
         "input_layernorm.weight": (hidden,),
     }
+
+
+def linear_attention_shapes(config) -> dict[str, tuple[int, ...]]:
+    """Shapes of a Gated DeltaNet layer's tensors (its linear attention and input norm), keyed relative to the
+    layer, as transformers' ``Qwen3_5GatedDeltaNet`` makes them."""
+    heads, hidden = config.linear_num_value_heads, config.hidden_size
+    value_dim = heads * config.linear_value_head_dim
+    conv_dim = 2 * config.linear_num_key_heads * config.linear_key_head_dim + value_dim
+    return {
+        "linear_attn.in_proj_qkv.weight": (conv_dim, hidden),
+        "linear_attn.in_proj_z.weight": (value_dim, hidden),
+        "linear_attn.in_proj_b.weight": (heads, hidden),
+        "linear_attn.in_proj_a.weight": (heads, hidden),
+        "linear_attn.conv1d.weight": (conv_dim, 1, config.linear_conv_kernel_dim),
+        "linear_attn.dt_bias": (heads,),
+        "linear_attn.A_log": (heads,),
+        "linear_attn.norm.weight": (config.linear_value_head_dim,),
+        "linear_attn.out_proj.weight": (hidden, value_dim),
+        "input_layernorm.weight": (hidden,),
+    }
+
+
+def mlp_shapes(config) -> dict[str, tuple[int, ...]]:
+    """Shapes of a layer's MLP and post-attention norm, keyed relative to the layer, as transformers'
+    ``Qwen3_5DecoderLayer`` makes them."""
+    hidden, intermediate = config.hidden_size, config.intermediate_size
+    return {
+        "mlp.gate_proj.weight": (intermediate, hidden),
+        "mlp.up_proj.weight": (intermediate, hidden),
+        "mlp.down_proj.weight": (hidden, intermediate),
+        "post_attention_layernorm.weight": (hidden,),
+    }
+
+
+def layer_shapes(config, layer: int) -> dict[str, tuple[int, ...]]:
+    """Shapes of what the course reads of layer ``layer`` (what ``load_layer`` returns): ``attention_shapes`` or
+    ``linear_attention_shapes`` by its type, and ``mlp_shapes``."""
+    mixer = linear_attention_shapes if _layer_type(layer, config) == LINEAR_ATTENTION else attention_shapes
+    return mixer(config) | mlp_shapes(config)
 
 
 def submodule_state(weights: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
@@ -270,11 +435,11 @@ class _TensorFiles:
         if key not in self.location:
             where = self.folder / (INDEX_FILE if (self.folder / INDEX_FILE).is_file() else SINGLE_FILE)
             if checkpoint.synthetic:
-                hint = ("the synthetic stand-in holds only layer 3's attention and the prompt's embeddings; for "
-                        f"anything else, {_HOW_TO_GET_THE_MODEL}")
+                hint = ("the synthetic stand-in holds only layers 0-3 (Gated DeltaNet layers 0-2, attention layer 3, "
+                        f"their MLPs) and the prompt's embeddings; for anything else, {_HOW_TO_GET_THE_MODEL}")
             elif checkpoint.partial:
                 hint = ("this partial copy holds only the layers it was fetched with; add others with "
-                        "`course-weights qwen35 --layers N`")
+                        "`course-weights qwen35 --layers N` (or a range, e.g. 0-3)")
             else:
                 hint = f"is this {REPO_ID}? Use its original files; if the download is incomplete, download it again"
             raise CheckpointError(f"{where} has no tensor {key!r}; {hint}")
@@ -284,8 +449,9 @@ class _TensorFiles:
                                   "download the model again")
         return file
 
-    def read(self, key: str, shape, dtype: torch.dtype, checkpoint: Checkpoint) -> torch.Tensor:
-        """The tensor ``key``, checked against the expected ``shape`` (None: any) and ``dtype``."""
+    def read(self, key: str, shape, dtype, checkpoint: Checkpoint) -> torch.Tensor:
+        """The tensor ``key``, checked against the expected ``shape`` (None: any) and ``dtype`` (or a tuple of
+        the dtypes allowed)."""
         file = self.file_of(key, checkpoint)
         with safe_open(file, framework="pt") as handle:
             # safetensors hands back a view of the memory-mapped file; a copy (a few MB) keeps the
@@ -304,6 +470,56 @@ class _TensorFiles:
                 if not 0 <= row < shape[0]:
                     raise CheckpointError(f"token id {row} is out of range: {key} in {file} has {shape[0]} rows")
             return torch.cat([view[row:row + 1] for row in rows]) if rows else torch.empty(0, shape[1], dtype=dtype)
+
+
+def _reader(checkpoint: Checkpoint):
+    """``read(key, shape, dtypes)`` for a real checkpoint or a partial copy."""
+    tensors = _TensorFiles(checkpoint.folder)
+
+    def read(key, shape, dtypes):
+        return tensors.read(key, shape, dtypes, checkpoint)
+    return read
+
+
+class _StandInFile:
+    """One file of the stand-in made on first use (``what`` names it in errors): ``file`` in ``stand_in_folder()``,
+    made by ``make()`` (and kept there) when it is not there yet or its SHA-256 is not ``expected``; made anew
+    each time where the cache cannot be written."""
+
+    def __init__(self, file: Path, expected: str, what: str, make):
+        self.file = file
+        try:
+            data = file.read_bytes()
+        except OSError:  # not made yet, or unreadable: made here
+            data = b""
+        if qwen35_stand_in.sha256(data) != expected:
+            data = make()
+            if qwen35_stand_in.sha256(data) != expected:
+                raise CheckpointError(
+                    f"{what} made here has SHA-256 {qwen35_stand_in.sha256(data)}, not "
+                    f"{expected}: the recipe in course/qwen35_stand_in.py or the config.json it reads sizes from "
+                    f"({FIXTURE_DIR / 'config.json'}) was changed; restore them (they are the course's files)")
+            _keep(file, data)
+        self.tensors = load_safetensors(data)
+
+    def read(self, key: str, shape, dtype) -> torch.Tensor:
+        """The tensor ``key``, checked as ``_TensorFiles.read`` checks it."""
+        tensor = self.tensors[key]
+        _check(self.file, key, tuple(tensor.shape), tensor.dtype, shape, dtype)
+        return tensor
+
+
+def _keep(file: Path, data: bytes) -> None:
+    """``data`` written to ``file`` whole or not at all (another process may be making it too); nothing when the
+    cache cannot be written, so that a read-only home still runs the course (making the layer each time)."""
+    partial = file.with_name(f".writing-{uuid.uuid4().hex}-{file.name}")
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_bytes(data)
+        os.replace(partial, file)
+    except OSError:
+        with contextlib.suppress(OSError):
+            partial.unlink()
 
 
 def _stored_rows(ids: list[int], tensors: _TensorFiles, config: TextConfig, checkpoint: Checkpoint) -> torch.Tensor:
@@ -325,23 +541,42 @@ def _stored_rows(ids: list[int], tensors: _TensorFiles, config: TextConfig, chec
 
 
 def _check(file: Path, key: str, shape, dtype, expected_shape, expected_dtype) -> None:
+    """``expected_dtype``: what config.json says, or a tuple of it and float32 for ``FLOAT32_ALLOWED``."""
     if expected_shape is not None and shape != tuple(expected_shape):
         raise CheckpointError(f"{key} in {file} has shape {list(shape)}, expected {list(expected_shape)} for "
                               f"{REPO_ID}; this checkpoint is another model (or its config.json does not "
                               "match its weights): use Qwen3.5-0.8B")
-    if dtype != expected_dtype:
-        raise CheckpointError(f"{key} in {file} is {dtype}, expected {expected_dtype} as config.json says; the "
-                              f"checkpoint was converted: use the original {REPO_ID} files (to get another "
-                              "dtype, pass dtype= to the loader, which casts after reading)")
+    said, *also = expected_dtype if isinstance(expected_dtype, tuple) else (expected_dtype,)
+    if dtype != said and dtype not in also:
+        expected = f"{said} as config.json says" + "".join(f", or {d} as the published checkpoint keeps this tensor"
+                                                            for d in also)
+        raise CheckpointError(f"{key} in {file} is {dtype}, expected {expected}; the checkpoint was converted: use "
+                              f"the original {REPO_ID} files (to get another dtype, pass dtype= to the loader, which "
+                              "casts after reading)")
 
 
-def _check_layer(layer: int, config: TextConfig, checkpoint: Checkpoint) -> None:
+def _layer_type(layer: int, config: TextConfig, where="config.json") -> str:
+    """``config``'s type of layer ``layer`` (read from ``where``), which must exist and be one the course knows."""
     if not 0 <= layer < config.num_hidden_layers:
-        raise CheckpointError(f"layer {layer} does not exist: {checkpoint.folder / 'config.json'} has "
-                              f"{config.num_hidden_layers} layers (0 to {config.num_hidden_layers - 1})")
-    if config.layer_types[layer] != FULL_ATTENTION:
-        raise CheckpointError(f"layer {layer} is a {config.layer_types[layer]} (Gated DeltaNet) layer; the "
-                              f"softmax-attention layers are {list(config.full_attention_layers)}")
+        raise CheckpointError(f"layer {layer} does not exist: {where} has {config.num_hidden_layers} layers "
+                              f"(0 to {config.num_hidden_layers - 1})")
+    kind = config.layer_types[layer]
+    if kind not in (FULL_ATTENTION, LINEAR_ATTENTION):
+        raise CheckpointError(f"layer {layer} is a {kind!r} layer in {where}; Qwen3.5's layers are "
+                              f"{FULL_ATTENTION!r} or {LINEAR_ATTENTION!r}: is this Qwen3.5-0.8B?")
+    return kind
+
+
+def _check_layer(layer: int, config: TextConfig, checkpoint: Checkpoint, kind: str) -> None:
+    """Layer ``layer`` exists and is of type ``kind``, or an error that names the loader for its type."""
+    actual = _layer_type(layer, config, checkpoint.folder / "config.json")
+    if actual == kind:
+        return
+    if kind == FULL_ATTENTION:
+        raise CheckpointError(f"layer {layer} is a {actual} (Gated DeltaNet) layer; the softmax-attention layers "
+                              f"are {list(config.full_attention_layers)} (load_linear_attention_layer reads the others)")
+    raise CheckpointError(f"layer {layer} is a {actual} (softmax-attention) layer; the Gated DeltaNet layers are "
+                          f"{list(config.linear_attention_layers)} (load_attention_layer reads layer {layer})")
 
 
 def _stored_dtype(config: TextConfig) -> torch.dtype:

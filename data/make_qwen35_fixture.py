@@ -1,4 +1,5 @@
-"""Write the synthetic stand-in for layer 3 of Qwen3.5-0.8B into ``data/qwen35_layer3/``.
+"""Write the synthetic stand-in for layer 3 of Qwen3.5-0.8B into ``data/qwen35_layer3/``, and layers 0-2's and the
+MLPs of layers 0-3.
 
 The real checkpoint cannot be downloaded where this course is built, so the course ships random
 weights in the real format: the model's ``config.json`` (layout and values as published) and a
@@ -14,7 +15,13 @@ direction of its own (so a head's gate also changes from token to token), and ea
 aligned with its key head by a different amount (so some heads look mostly at the token itself and
 others spread out).
 
-Deterministic: running it again writes byte-identical files. Run: python data/make_qwen35_fixture.py
+Layers 0-2 (Gated DeltaNet, about 21 MB each) and the MLPs and post-attention norms of layers 0-3 (22 MB each)
+are not kept in git: ``course.qwen35_stand_in`` makes them from the same seed when they are first read, into the
+course's cache. This script writes them too, into the cache or into a folder given, and prints their SHA-256
+(``course.qwen35_stand_in.SHA256`` and ``MLP_SHA256`` record them).
+
+Deterministic: running it again writes byte-identical files.
+Run: python data/make_qwen35_fixture.py [FOLDER]  (FOLDER: write everything there instead, to compare)
 """
 import json
 import math
@@ -28,12 +35,14 @@ from safetensors.torch import save
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from course import qwen35_stand_in  # noqa: E402
 from course.qwen35 import PROMPT, PROMPT_IDS, read_config  # noqa: E402
+from course.qwen35_stand_in import EMBED_SHARED, SEED, bf16, normal, shared_direction, with_ordered_metadata  # noqa: E402
+from course.qwen35_weights import stand_in_file, stand_in_folder, stand_in_mlp_file  # noqa: E402
 
 OUT = REPO / "data" / "qwen35_layer3"
 LAYER = 3
 PREFIX = f"model.language_model.layers.{LAYER}."
-SEED = 20260303
 NOTE = ("synthetic stand-in for Qwen/Qwen3.5-0.8B layer 3: random bfloat16 weights with the real keys, shapes "
         "and config; made by data/make_qwen35_fixture.py; not the trained model")
 
@@ -52,7 +61,6 @@ O_PROJ_STD = (0.015, 0.02, 0.025, 0.018, 0.03, 0.022, 0.016, 0.028)
 NORM_WEIGHT_STD = 0.05  # zero-centred norms scale by (1 + weight): small weights keep the scale near 1
 QK_NORM_WEIGHT_STD = 0.1
 EMBED_STD = 0.02
-EMBED_SHARED = 0.8  # weight of the direction every embedding row shares, relative to its own noise
 
 # The published config.json of Qwen/Qwen3.5-0.8B (vision-language model; text model under text_config).
 CONFIG = {
@@ -122,29 +130,18 @@ CONFIG = {
 }
 
 
-def normal(seed: int, *shape: int) -> np.ndarray:
-    """Standard normal float64 draws. numpy's legacy RandomState is used because its stream is frozen
-    across numpy versions and platforms (NEP 19), which keeps the written files byte-identical."""
-    return np.random.RandomState(seed).standard_normal(shape)
-
-
-def bf16(array: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).to(torch.bfloat16)
-
-
 def make_tensors(config) -> dict[str, torch.Tensor]:
     """All fixture tensors, real keys for layer 3 plus ``fixture.embed_tokens.{rows,ids}``."""
     hidden, heads, kv_heads, dim = (config.hidden_size, config.num_attention_heads,
                                     config.num_key_value_heads, config.head_dim)
     group = heads // kv_heads
-    shared = normal(SEED, hidden)  # the direction every embedding row leans along
+    shared = shared_direction(hidden)  # the direction every embedding row leans along
     shared_unit = shared / np.linalg.norm(shared)
     # Each row has its own seed (clear of the weights' seeds), so adding a token later leaves the
     # other rows unchanged.
     rows = np.stack([EMBED_STD * (EMBED_SHARED * shared + normal(SEED + 1_000_000 + token, hidden))
                      for token in PROMPT_IDS])
-    # After the input RMSNorm an embedding row has RMS 1, so its projection on shared_unit is about:
-    along_shared = EMBED_SHARED * np.linalg.norm(shared) / math.sqrt(1 + EMBED_SHARED**2)
+    along_shared = qwen35_stand_in.along_shared(hidden)  # an embedding row's reach along shared_unit, after the norm
 
     keys = [KEY_STD[g] * normal(SEED + 100 + g, dim, hidden) for g in range(kv_heads)]
     values = [VALUE_STD[g] * normal(SEED + 200 + g, dim, hidden) for g in range(kv_heads)]
@@ -183,25 +180,34 @@ def write(out: Path = OUT) -> None:
     (out / "model.safetensors").write_bytes(with_ordered_metadata(save(tensors, metadata=metadata)))
 
 
-def with_ordered_metadata(data: bytes) -> bytes:
-    """``data`` (a safetensors file) with its ``__metadata__`` entries in sorted order.
+def write_linear_layers(out: Path, config_json: Path = OUT / "config.json") -> dict[int, Path]:
+    """Write the stand-in's Gated DeltaNet layers into ``out`` as ``stand_in_file`` names them; their paths."""
+    config = read_config(config_json)
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for layer in qwen35_stand_in.LINEAR_LAYERS:
+        written[layer] = out / stand_in_file(layer).name
+        written[layer].write_bytes(qwen35_stand_in.linear_layer_bytes(config, layer))
+    return written
 
-    safetensors writes the metadata from a hash map whose order changes from one process to the next,
-    which would make every run's file differ. Reordering keeps the header's length, so the tensor
-    data and its offsets stay as they are.
-    """
-    length = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8:8 + length])
-    ordered = {"__metadata__": dict(sorted(header.pop("__metadata__").items())), **header}
-    # Compact JSON as safetensors writes it; the header is padded with spaces to keep the data aligned.
-    text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode("utf-8").ljust(length)
-    if len(text) != length:
-        raise RuntimeError(f"re-serialised safetensors header is {len(text)} bytes, expected {length}; "
-                           "safetensors changed its header format: adapt with_ordered_metadata")
-    return data[:8] + text + data[8 + length:]
+
+def write_mlps(out: Path, config_json: Path = OUT / "config.json") -> dict[int, Path]:
+    """Write the stand-in's MLPs (with their post-attention norms) into ``out`` as ``stand_in_mlp_file`` names
+    them; their paths."""
+    config = read_config(config_json)
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for layer in qwen35_stand_in.MLP_LAYERS:
+        written[layer] = out / stand_in_mlp_file(layer).name
+        written[layer].write_bytes(qwen35_stand_in.mlp_bytes(config, layer))
+    return written
 
 
 if __name__ == "__main__":
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else OUT  # another folder: to compare with the shipped one
-    write(target)
-    print(f"wrote {target / 'config.json'} and {target / 'model.safetensors'}")
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else None  # another folder: to compare with the shipped one
+    write(target or OUT)
+    print(f"wrote {(target or OUT) / 'config.json'} and {(target or OUT) / 'model.safetensors'}")
+    for layer, file in write_linear_layers(target or stand_in_folder(), (target or OUT) / "config.json").items():
+        print(f"wrote {file} (layer {layer}), SHA-256 {qwen35_stand_in.sha256(file.read_bytes())}")
+    for layer, file in write_mlps(target or stand_in_folder(), (target or OUT) / "config.json").items():
+        print(f"wrote {file} (layer {layer}'s MLP), SHA-256 {qwen35_stand_in.sha256(file.read_bytes())}")

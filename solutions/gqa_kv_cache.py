@@ -1,5 +1,5 @@
-"""Reference for 03_gqa_kv_cache: sharing KV heads (MHA / GQA / MQA in one module), the KV cache, and
-its size.
+"""Reference for 03_gqa_kv_cache: sharing KV heads (MHA / GQA / MQA in one module), the KV cache, its
+size, and the FLOPs of one attention layer.
 
 Shapes: hidden states ``[B, T, hidden]``; queries ``[B, H, T, D]``; keys and values ``[B, Hkv, T, D]``,
 with ``H`` a multiple of ``Hkv``. Query head ``h`` reads KV head ``h // (H / Hkv)``.
@@ -12,7 +12,7 @@ from solutions.multi_head import attention_mask_for, merge_heads, split_heads
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """``[B, Hkv, T, D]`` -> ``[B, Hkv·n_rep, T, D]``: each KV head repeated ``n_rep`` times in place."""
+    """``[B, Hkv, T, D]`` -> ``[B, Hkv·n_rep, T, D]``: the ``n_rep`` copies of each KV head side by side."""
     batch, kv_heads, seq, dim = x.shape
     return x[:, :, None].expand(batch, kv_heads, n_rep, seq, dim).reshape(batch, kv_heads * n_rep, seq, dim)
 
@@ -75,3 +75,20 @@ def kv_cache_bytes(batch: int, seq_len: int, num_layers: int, num_kv_heads: int,
                    bytes_per_elem: int) -> int:
     """Bytes a KV cache takes: a key and a value vector per position, KV head and layer."""
     return 2 * batch * seq_len * num_layers * num_kv_heads * head_dim * bytes_per_elem
+
+
+def attention_flops(batch: int, q_len: int, k_len: int, hidden_size: int, num_heads: int, num_kv_heads: int,
+                    head_dim: int) -> int:
+    """FLOPs of one attention layer on ``q_len`` new tokens that attend to ``k_len`` positions (cached and new),
+    2 per multiply-add; softmax, masking and scaling are not counted.
+
+    Projections of the new tokens: ``q_proj`` and ``o_proj`` are ``hidden × H·D`` each, ``k_proj`` and ``v_proj``
+    ``hidden × Hkv·D`` each. Per head, ``Q·Kᵀ`` and ``weights·V`` are ``q_len × k_len × D`` multiply-adds each.
+    """
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
+    if k_len < q_len:
+        raise ValueError(f"k_len {k_len} < q_len {q_len}: the keys include the new tokens themselves")
+    weights = hidden_size * head_dim * (2 * num_heads + 2 * num_kv_heads)  # q, o + k, v
+    per_token = weights + 2 * num_heads * k_len * head_dim  # projections + Q·Kᵀ and weights·V
+    return 2 * batch * q_len * per_token

@@ -1,5 +1,6 @@
 """Reference for 07_real_model: Llama's attention (grouped-query attention with a KV cache and RoPE over
-the whole head), and greedy generation through one KV cache per layer of a real model.
+the whole head), greedy generation through one KV cache per layer of a real model, and sampling: the filtered
+next-token distribution (temperature, top-k, top-p) and generation that draws from it with a given generator.
 
 Shapes: hidden states ``[B, T, hidden]``; queries ``[B, H, T, D]``; keys and values ``[B, Hkv, T, D]``;
 token ids ``[B, T]``. Built from the references of 01 (masks, attention), 02 (heads), 03 (``repeat_kv``,
@@ -63,6 +64,58 @@ def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
     for _ in range(max_new_tokens):
         logits = model(step, attention_mask=mask, caches=caches)
         step = logits[:, -1].argmax(dim=-1, keepdim=True)  # [B, 1]: fed back in on the next round
+        chosen.append(step)
+        if mask is not None:
+            mask = torch.cat([mask, torch.ones_like(step, dtype=mask.dtype)], dim=1)
+    return torch.cat(chosen, dim=1)
+
+
+def sampling_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                   top_p: float | None = None) -> torch.Tensor:
+    """The distribution a sampler draws the next token from: ``logits [B, V]`` → ``probs [B, V]``, same dtype.
+
+    In this order, each step on what the one before left (renormalised):
+    1. temperature: ``softmax(logits / temperature)``;
+    2. top-k: keep the ``top_k`` most likely tokens (all when ``top_k ≥ V``);
+    3. top-p (nucleus): sort the kept tokens from most to least likely and keep each one whose probability
+       mass *before* it is still below ``top_p``: the smallest set that reaches ``top_p``, including the token
+       that crosses it; the most likely token is always kept, ``top_p = 1`` keeps every token.
+    Removed tokens are exactly 0 and each row sums to 1. ``None`` switches a filter off. Ties at the top-k or
+    top-p boundary are not defined by this contract (the cases have none).
+    """
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if top_k is not None and top_k < probs.shape[-1]:
+        kth = probs.topk(top_k, dim=-1).values[..., -1:]
+        probs = probs.masked_fill(probs < kth, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    if top_p is not None and top_p < 1:
+        ranked, order = probs.sort(dim=-1, descending=True)
+        before = ranked.cumsum(dim=-1) - ranked  # the mass of the more likely tokens
+        keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, before < top_p)
+        probs = probs.masked_fill(~keep, 0.0)
+    return probs / probs.sum(dim=-1, keepdim=True)
+
+
+def sample_generate(model, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator,
+                    attention_mask: torch.Tensor | None = None, **sampling) -> torch.Tensor:
+    """Like ``greedy_generate``, but each new token is drawn at random: ``[B, max_new_tokens]``.
+
+    Each step draws once, ``torch.multinomial(probs, 1, generator=generator)``, from
+    ``probs = sampling_probs(logits[:, -1], **sampling)`` (``[B, V]``, float32 as the model returns it), and
+    nothing else draws from ``generator``: the same seed gives the same tokens. ``sampling`` holds
+    ``temperature``, ``top_k``, ``top_p``.
+    """
+    caches = [KVCache() for _ in model.layers]
+    step, mask, chosen = input_ids, attention_mask, []
+    for _ in range(max_new_tokens):
+        logits = model(step, attention_mask=mask, caches=caches)
+        step = torch.multinomial(sampling_probs(logits[:, -1], **sampling), 1, generator=generator)  # [B, 1]
         chosen.append(step)
         if mask is not None:
             mask = torch.cat([mask, torch.ones_like(step, dtype=mask.dtype)], dim=1)

@@ -11,10 +11,14 @@ def attention_scores(q, k):
     return torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d)
 ''',
     "causal_mask": '''
-def causal_mask(q_len, k_len=None):
+def causal_mask(q_len, k_len=None, window=None):
     if k_len is None:
         k_len = q_len
-    return torch.ones(q_len, k_len, dtype=torch.bool).tril(diagonal=k_len - q_len)
+    ones = torch.ones(q_len, k_len, dtype=torch.bool)
+    mask = ones.tril(diagonal=k_len - q_len)
+    if window is not None:
+        mask = mask & ones.triu(diagonal=k_len - q_len - window + 1)
+    return mask
 ''',
     "padding_mask": '''
 def padding_mask(attention_mask):
@@ -31,6 +35,32 @@ def masked_softmax(scores, mask=None):
 def attention(q, k, v, mask=None):
     weights = masked_softmax(attention_scores(q, k), mask)
     return weights @ v, weights
+''',
+    # Normalised after every block (the output is always the softmax-weighted mean so far), not once at the end.
+    "online_softmax_attention": '''
+def online_softmax_attention(q, k, v, mask=None, block_size=16):
+    n = k.shape[-2]
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], n)
+    m = l = o = None
+    for i in range(0, n, block_size):
+        s = attention_scores(q, k[..., i:i + block_size, :])
+        if mask is not None:
+            s = s.masked_fill(~mask[..., i:i + block_size], float("-inf"))
+        block_max = s.amax(-1, keepdim=True)
+        m_new = block_max if m is None else torch.maximum(m, block_max)
+        safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        p = torch.exp(s - safe)
+        pv = p @ v[..., i:i + block_size, :]
+        if m is None:
+            l_new = p.sum(-1, keepdim=True)
+            o = torch.where(l_new > 0, pv / l_new.clamp_min(1e-30), torch.zeros_like(pv))
+        else:
+            old = l * torch.exp(m - safe)
+            l_new = old + p.sum(-1, keepdim=True)
+            o = torch.where(l_new > 0, (o * old + pv) / l_new.clamp_min(1e-30), torch.zeros_like(o))
+        m, l = m_new, l_new
+    return o
 ''',
 }
 
@@ -55,29 +85,29 @@ def attention_scores(q, k):
     return q @ k.transpose(-2, -1) / q.shape[-1]
 '''),
     ("causal_mask", "掩码反了", '''
-def causal_mask(q_len, k_len=None):
+def causal_mask(q_len, k_len=None, window=None):
     k_len = k_len or q_len
     return torch.triu(torch.ones(q_len, k_len, dtype=torch.bool), diagonal=k_len - q_len + 1)
 '''),
     ("causal_mask", "上下三角弄反了", '''
-def causal_mask(q_len, k_len=None):
+def causal_mask(q_len, k_len=None, window=None):
     k_len = k_len or q_len
     return torch.ones(q_len, k_len).triu(k_len - q_len) > 0
 '''),
     ("causal_mask", "没有偏移", '''
-def causal_mask(q_len, k_len=None):
+def causal_mask(q_len, k_len=None, window=None):
     k_len = k_len or q_len
     return torch.tril(torch.ones(q_len, k_len)).bool()
 '''),
     ("causal_mask", "对角线被遮住了", '''
-def causal_mask(q_len, k_len=None):
+def causal_mask(q_len, k_len=None, window=None):
     k_len = k_len or q_len
     i = torch.arange(q_len)[:, None] + (k_len - q_len)
     j = torch.arange(k_len)[None, :]
     return j < i
 '''),
     ("causal_mask", "0/1 的浮点数", '''
-def causal_mask(q_len, k_len=None):
+def causal_mask(q_len, k_len=None, window=None):
     k_len = k_len or q_len
     return torch.ones(q_len, k_len).tril(k_len - q_len)
 '''),
@@ -146,6 +176,198 @@ def attention(q, k, v, mask=None):
 def attention(q, k, v, mask=None):
     w = masked_softmax(q @ k.transpose(-2, -1), mask)
     return w @ v, w
+'''),
+    ("causal_mask", "还没有 window 参数", '''
+def causal_mask(q_len, k_len=None):
+    k_len = q_len if k_len is None else k_len
+    return torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len)
+'''),
+    ("causal_mask", "窗口多算了一个 key", '''
+def causal_mask(q_len, k_len=None, window=None):
+    k_len = q_len if k_len is None else k_len
+    pos = torch.arange(q_len)[:, None] + k_len - q_len
+    key = torch.arange(k_len)[None, :]
+    keep = key <= pos
+    if window:
+        keep &= key >= pos - window
+    return keep
+'''),
+    ("causal_mask", "没有用 window", '''
+def causal_mask(q_len, k_len=None, window=None):
+    k_len = q_len if k_len is None else k_len
+    return torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len)
+'''),
+    ("causal_mask", "丢了因果", '''
+def causal_mask(q_len, k_len=None, window=None):
+    k_len = q_len if k_len is None else k_len
+    pos = torch.arange(k_len - q_len, k_len)[:, None]
+    key = torch.arange(k_len)[None, :]
+    if window is None:
+        return key <= pos
+    return (pos - key).abs() < window
+'''),
+    ("causal_mask", "窗口的下边界按 query 的行号算", '''
+def causal_mask(q_len, k_len=None, window=None):
+    k_len = q_len if k_len is None else k_len
+    ones = torch.ones(q_len, k_len, dtype=torch.bool)
+    mask = ones.tril(k_len - q_len)
+    if window is not None:
+        mask = mask & ones.triu(1 - window)
+    return mask
+'''),
+    ("online_softmax_attention", "累加的输出没有跟着缩放", '''
+def online_softmax_attention(q, k, v, mask=None, block_size=16):
+    n = k.shape[-2]
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], n)
+    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
+    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
+    o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
+    for i in range(0, n, block_size):
+        s = attention_scores(q, k[..., i:i + block_size, :])
+        if mask is not None:
+            s = s.masked_fill(~mask[..., i:i + block_size], float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.nan_to_num(neginf=0.0)
+        p = torch.exp(s - shift)
+        c = torch.exp(m - shift)
+        l = l * c + p.sum(-1, keepdim=True)
+        o = o + p @ v[..., i:i + block_size, :]
+        m = m_new
+    return torch.where(l > 0, o / l, 0.0)
+'''),
+    ("online_softmax_attention", "running sum 没有跟着缩放", '''
+def online_softmax_attention(q, k, v, mask=None, block_size=16):
+    n = k.shape[-2]
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], n)
+    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
+    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
+    o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
+    for i in range(0, n, block_size):
+        s = attention_scores(q, k[..., i:i + block_size, :])
+        if mask is not None:
+            s = s.masked_fill(~mask[..., i:i + block_size], float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.nan_to_num(neginf=0.0)
+        p = torch.exp(s - shift)
+        c = torch.exp(m - shift)
+        l = l + p.sum(-1, keepdim=True)
+        o = o * c + p @ v[..., i:i + block_size, :]
+        m = m_new
+    return torch.where(l > 0, o / l, 0.0)
+'''),
+    ("online_softmax_attention", "running max 从 0 开始", '''
+def online_softmax_attention(q, k, v, mask=None, block_size=16):
+    n = k.shape[-2]
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], n)
+    m = torch.full(q.shape[:-1] + (1,), 0.0, dtype=q.dtype)
+    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
+    o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
+    for i in range(0, n, block_size):
+        s = attention_scores(q, k[..., i:i + block_size, :])
+        if mask is not None:
+            s = s.masked_fill(~mask[..., i:i + block_size], float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.nan_to_num(neginf=0.0)
+        p = torch.exp(s - shift)
+        c = torch.exp(m - shift)
+        l = l * c + p.sum(-1, keepdim=True)
+        o = o * c + p @ v[..., i:i + block_size, :]
+        m = m_new
+    return torch.where(l > 0, o / l, 0.0)
+'''),
+    ("online_softmax_attention", "running max 还是 −inf 时直接拿它平移", '''
+def online_softmax_attention(q, k, v, mask=None, block_size=16):
+    n = k.shape[-2]
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], n)
+    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
+    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
+    o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
+    for i in range(0, n, block_size):
+        s = attention_scores(q, k[..., i:i + block_size, :])
+        if mask is not None:
+            s = s.masked_fill(~mask[..., i:i + block_size], float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new
+        p = torch.exp(s - shift)
+        c = torch.exp(m - shift)
+        l = l * c + p.sum(-1, keepdim=True)
+        o = o * c + p @ v[..., i:i + block_size, :]
+        m = m_new
+    return o / l
+'''),
+    ("online_softmax_attention", "最后一个不满 block_size 的块被丢掉了", '''
+def online_softmax_attention(q, k, v, mask=None, block_size=16):
+    n = k.shape[-2]
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], n)
+    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
+    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
+    o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
+    for i in range(0, n - n % block_size, block_size):
+        s = attention_scores(q, k[..., i:i + block_size, :])
+        if mask is not None:
+            s = s.masked_fill(~mask[..., i:i + block_size], float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.nan_to_num(neginf=0.0)
+        p = torch.exp(s - shift)
+        c = torch.exp(m - shift)
+        l = l * c + p.sum(-1, keepdim=True)
+        o = o * c + p @ v[..., i:i + block_size, :]
+        m = m_new
+    return torch.where(l > 0, o / l, 0.0)
+'''),
+    ("online_softmax_attention", "忘了除以 √D", '''
+def online_softmax_attention(q, k, v, mask=None, block_size=16):
+    n = k.shape[-2]
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], n)
+    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
+    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
+    o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
+    for i in range(0, n, block_size):
+        s = attention_scores(q, k[..., i:i + block_size, :]) * math.sqrt(q.shape[-1])
+        if mask is not None:
+            s = s.masked_fill(~mask[..., i:i + block_size], float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.nan_to_num(neginf=0.0)
+        p = torch.exp(s - shift)
+        c = torch.exp(m - shift)
+        l = l * c + p.sum(-1, keepdim=True)
+        o = o * c + p @ v[..., i:i + block_size, :]
+        m = m_new
+    return torch.where(l > 0, o / l, 0.0)
+'''),
+    ("online_softmax_attention", "每一块单独做了 softmax", '''
+def online_softmax_attention(q, k, v, mask=None, block_size=16):
+    out = 0
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], k.shape[-2])
+    for i in range(0, k.shape[-2], block_size):
+        block_mask = None if mask is None else mask[..., i:i + block_size]
+        out = out + attention(q, k[..., i:i + block_size, :], v[..., i:i + block_size, :], block_mask)[0]
+    return out
+'''),
+    ("online_softmax_attention", "一次算出了多于 block_size 个 key 的分数", '''
+def online_softmax_attention(q, k, v, mask=None, block_size=16):
+    return attention(q, k, v, mask)[0]
+'''),
+    ("online_softmax_attention", "exp 之前没有减去 running max", '''
+def online_softmax_attention(q, k, v, mask=None, block_size=16):
+    num = 0
+    den = 0
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], k.shape[-2])
+    for i in range(0, k.shape[-2], block_size):
+        e = torch.exp(attention_scores(q, k[..., i:i + block_size, :]))
+        if mask is not None:
+            e = e * mask[..., i:i + block_size]
+        num = num + e @ v[..., i:i + block_size, :]
+        den = den + e.sum(-1, keepdim=True)
+    return torch.where(den > 0, num / den, torch.zeros_like(num))
 '''),
 ]
 

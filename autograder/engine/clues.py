@@ -83,8 +83,8 @@ def _constant_factor(got, want, tol, sizes) -> str | None:
     if norm == 0:
         return None
     factor = float((got * want).sum()) / norm
-    if math.isclose(factor, 1.0, rel_tol=1e-3) or not _close(got, factor * want, tol):
-        return None
+    if math.isclose(factor, 1.0, rel_tol=1e-3) or abs(factor) < 1e-6 or not _close(got, factor * want, tol):
+        return None  # 0 times the reference is an output of zeros, which _zeros_not_zero and the numbers say
     if math.isclose(factor, -1.0, rel_tol=1e-3):
         return "每个数的大小都对，只是符号全反了（正好是参考的 −1 倍）。"
     names = _factor_names(factor, sizes)
@@ -221,27 +221,84 @@ def _one_axis_longer_or_shorter(got, want) -> str | None:
             f"（期望 {want.shape[axis]} 个，得到 {got.shape[axis]} 个）。")
 
 
+def _unit_axes(got, want) -> str | None:
+    """The output is the reference with a dimension of size 1 added or missing (values unchanged)."""
+    if not (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor)) or got.dim() == want.dim() \
+            or [n for n in got.shape if n != 1] != [n for n in want.shape if n != 1]:
+        return None
+    if not torch.equal(got.reshape(want.shape).double(), want.double()):
+        return None
+    more = got.dim() > want.dim()
+    return (f"数值都和参考一样，只是{'多了' if more else '少了'}大小为 1 的维（期望 {list(want.shape)}，得到 {list(got.shape)}）："
+            + ("是不是 stack 了 [B, 1] 的张量（该用 cat），或者少了一次 squeeze？" if more else "是不是多 squeeze 了一次？"))
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _about_count(got, want, sizes) -> list[str]:
+    """A count (bytes, FLOPs) off by a factor that is one of the case's sizes or a small whole number: on one
+    number every other ratio is true and says nothing."""
+    if not want or not got:
+        return []
+    factor = got / want
+    names = _factor_names(factor, sizes)
+    whole = next((n for n in (2, 3, 4) if math.isclose(factor, n) or math.isclose(factor, 1 / n)), None)
+    if not names and whole is None:
+        return []
+    said = "，也就是 " + " 或 ".join(names) if names else ""
+    return [f"你的结果正好是期望的 {factor:.6g} 倍{said}：少乘或多乘了一个因子。"]
+
+
 def about_output(reference, case: Case, got, want, tol, names: tuple[str, ...] = ()) -> list[str]:
     """Facts about ``got`` against ``want`` (the reference's output, float64) on ``case``, the most telling first."""
+    if _is_number(got) and _is_number(want):
+        return _about_count(got, want, named_sizes(reference, case))
     pairs = zip(got, want) if isinstance(got, (tuple, list)) and isinstance(want, (tuple, list)) else [(got, want)]
     for g, w in pairs:
-        cut = _one_axis_longer_or_shorter(g, w)
+        cut = _one_axis_longer_or_shorter(g, w) or _unit_axes(g, w)
         if cut:
             return [cut]
     sizes = named_sizes(reference, case)
+    mixed = _which_parts(got, want, tol, names)
     for name, g, w in _parts(got, want, names):
         if g.shape == w.shape and _close(g, w, tol):
             continue
         prefix = f"{name}：" if name != "输出" else ""
         found = [_not_finite(g, w)] if g.shape == w.shape else []
-        if g.shape == w.shape:
-            finite = g.nan_to_num(0.0, 0.0, 0.0)
-            found += [_constant_factor(finite, w, tol, sizes), _constant_offset(finite, w, tol)]
+        # A factor or an offset says something only about many numbers, all of them finite.
+        if g.shape == w.shape and g.numel() > 1 and bool(g.isfinite().all()):
+            found += [_constant_factor(g, w, tol, sizes), _constant_offset(g, w, tol)]
         found += [_axes_swapped(g, w, tol), _shifted(g, w, tol)]
         if g.shape == w.shape:
             found += [_rows_sum_to_one(g, w), _zeros_not_zero(g, w), _confined(g, w, tol)]
-        return [prefix + clue for clue in found if clue][:MAX_CLUES]
-    return []
+        found = [prefix + clue for clue in found if clue][:MAX_CLUES - bool(mixed)]
+        return found + [mixed] if mixed else found
+    return [mixed] if mixed else []
+
+
+def _same_part(got, want, tol) -> bool:
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+            return False
+        if want.is_floating_point() and got.is_floating_point():
+            return _close(got.detach().double().nan_to_num(), want.double().nan_to_num(), tol)
+        return torch.equal(got, want)
+    return type(got) is type(want) and got == want
+
+
+def _which_parts(got, want, tol, names: tuple[str, ...]) -> str | None:
+    """Of an output of several parts, which came out right and which wrong, when some of each."""
+    if not (isinstance(got, (tuple, list)) and isinstance(want, (tuple, list))) or len(got) != len(want) or len(want) < 2:
+        return None
+    names = names or tuple(f"第 {i + 1} 个返回值" for i in range(len(want)))
+    same = [_same_part(g, w, tol) for g, w in zip(got, want)]
+    if all(same) or not any(same):
+        return None
+    right = "、".join(n for n, ok in zip(names, same) if ok)
+    wrong = "、".join(n for n, ok in zip(names, same) if not ok)
+    return f"返回的 {len(want)} 项里，{right}对了；{wrong}不对。"
 
 
 def about_cases(cases: Sequence[Case], right: Sequence[bool]) -> str | None:

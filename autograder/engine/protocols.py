@@ -66,14 +66,20 @@ def _layout_problems(have: dict, want: dict) -> list[str]:
 
 def build(cls, init: tuple, weights: dict, dtype: torch.dtype) -> nn.Module:
     """``cls(*init)`` converted to ``dtype`` with ``weights`` loaded; a wrong parameter layout is a clear
-    message instead of a ``load_state_dict`` dump."""
-    module = cls(*init).to(dtype)
+    message instead of a ``load_state_dict`` dump. Every parameter is replaced, so none is initialised first
+    (``course.llama.parameters_on_meta``): a layer of Qwen3.5's size would spend most of its run on that."""
+    from course.llama import parameters_on_meta
+
+    with parameters_on_meta():
+        module = cls(*init)
+    module = module.to(dtype)
     have = {name: list(t.shape) for name, t in module.state_dict().items()}
     problems = _layout_problems(have, {name: list(t.shape) for name, t in weights.items()})
     if problems:
         raise ValueError("参数和约定不一致：" + "；".join(problems)
                          + "。投影层用 nn.Linear(..., bias=False)，名字按练习里的约定（q_proj、k_proj、v_proj、o_proj ……）。")
-    module.load_state_dict(weights)
+    # Copies in the module's dtype: the module must not share (and so may not change) the case's tensors.
+    module.load_state_dict({name: t.to(dtype, copy=True) for name, t in weights.items()}, assign=True)
     return module
 
 
@@ -190,17 +196,56 @@ def call_generate(fn, case: Case) -> tuple:
     travelling with the case.
     """
     folder, input_ids, max_new_tokens, attention_mask = case.args
+    kwargs = {} if attention_mask is None else {"attention_mask": attention_mask}
+    return _generate(fn, folder, input_ids, max_new_tokens, (), kwargs,
+                     "argmax 选出的下一个 token 是 [B]，要写成 argmax(dim=-1, keepdim=True) 或 [:, None] 变成 [B, 1]。")
+
+
+# Where code that ignores the generator it is given draws from: torch's global generator, seeded from the case's
+# seed plus this when the model first runs (building it may draw from it), so that such code gives the same wrong
+# tokens on every run, and a mistake can reproduce them.
+GLOBAL_SEED_OFFSET = 1000
+
+
+def call_sample_generate(fn, case: Case) -> tuple:
+    """``fn(model, input_ids, max_new_tokens, generator, attention_mask=None, **sampling)`` (sampled generation),
+    run as ``call_generate`` runs greedy generation, with ``generator = torch.Generator().manual_seed(seed)``
+    made here for each call and used once before it: ``case.args`` is ``(folder, input_ids, max_new_tokens, attention_mask,
+    seed)``, ``case.kwargs`` the sampling options (``temperature, top_k, top_p``). Torch's global generator is
+    seeded too (``GLOBAL_SEED_OFFSET``) and restored afterwards.
+
+    Returns what ``fn`` returned, whether the model read each position once (as ``call_generate``), and the
+    generator's next number after the call: one draw per step and no other use of it leave the reference's.
+    """
+    folder, input_ids, max_new_tokens, attention_mask, seed = case.args
+    kwargs = {**({} if attention_mask is None else {"attention_mask": attention_mask}), **case.kwargs}
+    generator = torch.Generator().manual_seed(seed)
+    torch.rand((), generator=generator)  # handed over already used, as a notebook's generator often is
+    with torch.random.fork_rng(devices=[]):
+        tokens, once = _generate(fn, folder, input_ids, max_new_tokens, (generator,), kwargs,
+                                 "torch.multinomial(probs, 1, generator=generator) 抽出的正是 [B, 1]：probs 要是 [B, V] 两维。",
+                                 first_run=lambda: torch.manual_seed(seed + GLOBAL_SEED_OFFSET))
+    return tokens, once, torch.rand((), generator=generator)
+
+
+def _generate(fn, folder: str, input_ids: torch.Tensor, max_new_tokens: int, extra: tuple, kwargs: dict,
+              shape_hint: str, first_run=None) -> tuple:
+    """``fn(model, input_ids, max_new_tokens, *extra, **kwargs)`` in the real model in ``folder`` with the
+    ``LlamaAttention`` next to ``fn``: what it returned, and whether the model read each position at most once.
+    ``shape_hint`` says how the code should shape the next token when it feeds the model a wrong shape;
+    ``first_run()``, when given, is called as the model is first run."""
     attention = fn.__globals__.get("LlamaAttention")
     if attention is None:
         raise NameError(f"找不到 LlamaAttention：{fn.__name__} 要在模型的每一层里用你自己写的 LlamaAttention。")
-    kwargs = {} if attention_mask is None else {"attention_mask": attention_mask}
     fed, hooks = [], []
 
     def record(module, args, named):
         ids = args[0] if args else named.get("input_ids")
         if isinstance(ids, torch.Tensor) and ids.dim() != 2:
             raise ValueError(f"第 {len(fed) + 1} 次调用模型时，input_ids 的形状是 {list(ids.shape)}，应是 [B, T] 两维："
-                             "argmax 选出的下一个 token 是 [B]，要写成 argmax(dim=-1, keepdim=True) 或 [:, None] 变成 [B, 1]。")
+                             + shape_hint)
+        if first_run is not None and not fed:
+            first_run()
         fed.append(ids.shape[-1] if isinstance(ids, torch.Tensor) else 0)
 
     def build() -> nn.Module:
@@ -210,7 +255,7 @@ def call_generate(fn, case: Case) -> tuple:
 
     try:
         with torch.no_grad():
-            tokens = fn(_OnFirstUse(build), input_ids, max_new_tokens, **kwargs)
+            tokens = fn(_OnFirstUse(build), input_ids, max_new_tokens, *extra, **kwargs)
     finally:
         for hook in hooks:
             hook.remove()
@@ -266,6 +311,49 @@ def call_cache(cls, case: Case) -> tuple:
     for k, v in steps:
         seen += [*pair(cache.update(k, v), "update"), len(cache)]
     return tuple(seen)
+
+
+class WholeScores(RuntimeError):
+    """Raised in the student's code at the matrix product that gives scores for more keys than one block."""
+
+
+_PRODUCTS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.__rmatmul__, torch.bmm,
+             torch.Tensor.bmm, torch.mm, torch.Tensor.mm, torch.baddbmm, torch.einsum, torch.tensordot,
+             torch.nn.functional.linear}
+
+
+class _BlockWatch(torch.overrides.TorchFunctionMode):
+    """Watches the matrix products of an attention: one that gives scores of ``Tq`` queries for more than
+    ``block_size`` keys (``[..., Tq, n]`` or ``[..., n, Tq]``, n > block_size; n is not D or Dv, which the
+    products with v have) means the keys were not taken a block at a time. Only products: a broadcast by
+    mistake (a running sum without keepdim) makes tables of that shape too, and is not this."""
+
+    def __init__(self, q_len: int, block_size: int, dims: tuple[int, ...]):
+        super().__init__()
+        self.q_len, self.block_size, self.dims = q_len, block_size, dims
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if func in _PRODUCTS and isinstance(result, torch.Tensor) and result.is_floating_point() and result.dim() >= 2:
+            self._check(tuple(result.shape))
+        return result
+
+    def _check(self, shape: tuple[int, ...]):
+        rows, cols = shape[-2:]
+        width = cols if rows == self.q_len else rows if cols == self.q_len else 0
+        if width > self.block_size and width not in self.dims:
+            raise WholeScores(f"这一步算出了形状 {list(shape)} 的浮点张量：一次处理了 {width} 个 key，可 block_size = "
+                              f"{self.block_size}。online softmax 每次只处理 block_size 个 key：分数、exp 和它们的和都按块算，"
+                              "再用 running max 和 running sum 把各块接起来。")
+
+
+def call_blockwise(fn, case: Case):
+    """``fn(q, k, v, mask=None, block_size=16)``, stopped at the first matrix product that gives scores for more
+    than ``block_size`` keys at once (``WholeScores``)."""
+    q, k, v = case.args[:3]
+    block_size = case.kwargs.get("block_size", case.args[4] if len(case.args) > 4 else 16)
+    with _BlockWatch(q.shape[-2], block_size, (q.shape[-1], v.shape[-1])):
+        return fn(*case.args, **case.kwargs)
 
 
 def call_norm(cls, case: Case):
@@ -336,10 +424,82 @@ def _recording(fn, into: list, pick):
     return recorded
 
 
-PROTOCOLS = {fn.__name__: fn for fn in (call_function, call_module, call_decoder, call_latent_decoder,
-                                         call_absorbed_decoder, call_generate, call_cache, call_norm, call_layer)}
+PROTOCOLS = {fn.__name__: fn for fn in (call_function, call_blockwise, call_module, call_decoder, call_latent_decoder,
+                                         call_absorbed_decoder, call_generate, call_sample_generate, call_cache, call_norm,
+                                         call_layer)}
 
 # The student's own classes that a protocol hands to the code under test, whatever that code names: the cache
 # a decoder is given, the attention in every layer of the real model.
 PULLED = {"call_decoder": ("KVCache",), "call_latent_decoder": ("LatentKVCache",),
-          "call_absorbed_decoder": ("LatentKVCache",), "call_generate": ("LlamaAttention",)}
+          "call_absorbed_decoder": ("LatentKVCache",), "call_generate": ("LlamaAttention",),
+          "call_sample_generate": ("LlamaAttention",)}
+
+
+# --- 08: the recurrent rules, the causal conv and the Gated DeltaNet layer, continued from their states ---
+
+def _in_two_calls(fn, first: tuple, rest: tuple, kwargs: dict, state_name: str, dim: int) -> tuple:
+    """``fn(*first, **kwargs)``, then ``fn(*rest, **kwargs, state_name=the state it returned)``: the two
+    outputs joined along ``dim`` and the last state."""
+    out, state = pair(fn(*first, **kwargs), fn.__name__)
+    more, state = pair(fn(*rest, **{**kwargs, state_name: state}), fn.__name__)
+    return torch.cat([out, more], dim=dim), state
+
+
+def call_rule(fn, case: Case) -> tuple:
+    """A rule ``fn(q, k, v, *per_position, state=None, **options) → (o, state)`` (q, k, v ``[B, H, T, D]``, the
+    per-position tensors such as g and beta ``[B, H, T]``), called once; or, when ``case.kwargs`` holds a
+    ``split``, on the first ``split`` positions and then from the state it returned on the rest:
+    ``(o of both calls joined along T, the last state)``, which one call over the whole sequence gives too.
+    The other kwargs (a ``state`` to start from, ``chunk_size``) go to both calls."""
+    kwargs = dict(case.kwargs)
+    split = kwargs.pop("split", None)
+    if split is None:
+        return fn(*case.args, **kwargs)
+
+    def part(t, where):
+        return t[..., where, :] if t.dim() == 4 else t[..., where]
+    return _in_two_calls(fn, tuple(part(t, slice(None, split)) for t in case.args),
+                         tuple(part(t, slice(split, None)) for t in case.args), kwargs, "state", -2)
+
+
+def call_conv(fn, case: Case) -> tuple:
+    """``fn(x, weight, conv_state=None) → (y, conv_state)`` called once; or, when ``case.kwargs`` holds a
+    ``split``, on the first ``split`` positions of ``x [B, C, T]`` and then from the conv state it returned on
+    the rest: ``(y of both calls joined along T, the last conv state)``. A ``conv_state`` among the kwargs is
+    where the first call starts."""
+    kwargs = dict(case.kwargs)
+    split = kwargs.pop("split", None)
+    if split is None:
+        return fn(*case.args, **kwargs)
+    x, weight = case.args
+    return _in_two_calls(fn, (x[..., :split], weight), (x[..., split:], weight), kwargs, "conv_state", -1)
+
+
+def call_recurrent_decoder(cls, case: Case):
+    """A Gated DeltaNet layer's ``forward(x, attention_mask=None, cache=None) → (out, cache)``: on the whole of
+    x (``out``), or through one ``GatedDeltaNetCache`` (the one defined next to ``cls``) in the chunks
+    ``case.kwargs["steps"]`` gives, each call seeing the mask's columns up to its last position. Then returns
+    the outputs joined along the sequence and what the cache holds at the end: ``(out, conv_state,
+    recurrent_state)``, the states in the case's dtype (a state kept in float32, as Hugging Face keeps it,
+    is right)."""
+    attention_mask, steps = case.kwargs.get("attention_mask"), case.kwargs.get("steps")
+    if steps is None:
+        return _run_decoder(cls, case, "GatedDeltaNetCache", "forward")
+    init, weights, x = case.args
+    with torch.no_grad():
+        module = build(cls, init, weights, case.dtype)
+        cache = _cache_class(cls, "GatedDeltaNetCache")()
+        outputs, end = [], 0
+        for n in steps:
+            start, end = end, end + n
+            mask = None if attention_mask is None else attention_mask[:, :end]
+            out, returned = pair(module(x[:, start:end], attention_mask=mask, cache=cache), "带 cache 的 forward")
+            if returned is not cache:
+                raise TypeError("带 cache 调用 forward 时应返回 (out, cache)，cache 就是传进来的那个对象（就地更新它的状态）。")
+            outputs.append(out)
+    states = tuple(s.to(case.dtype) if isinstance(s, torch.Tensor) and s.is_floating_point() else s
+                   for s in (cache.conv_state, cache.recurrent_state))
+    return (torch.cat(outputs, dim=1), *states)
+
+
+PROTOCOLS.update({fn.__name__: fn for fn in (call_rule, call_conv, call_recurrent_decoder)})

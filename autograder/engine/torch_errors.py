@@ -50,6 +50,15 @@ _RULES = (
      lambda m: "这里的值是 None：是不是某个函数忘了 return，或者在没有传 cache（cache=None）时也用到了它？"),
     (r"masked_fill_? only supports boolean masks|expected mask dtype to be Bool",
      lambda m: "masked_fill 的 mask 要是 bool 张量（True/False）：0/1 的整数 mask 先 .bool()，或者用 == 比较得到。"),
+    (r"\"?(\w+)\"? not implemented for '(\w+)'",
+     lambda m: f"PyTorch 的 {m[1]} 在 {m[2]} 上没有实现：在 CPU 上，有些运算不支持低精度的 dtype。"
+               "先把参与运算的张量转成 float32 算（.float()），算完再转回输入的 dtype。"),
+    (r"selected index k out of range",
+     lambda m: "topk 要取的个数 k 比这一维的长度还大：先和这一维的长度取较小的那个（min(k, x.shape[-1])），"
+               "k 不小于长度时就是全都留下。"),
+    (r"AssertionError",
+     lambda m: "这是代码里自己写的 assert：它假设的条件在这个用例上不成立。对照用例的参数想一想，这个假设是不是约定保证的"
+               "（约定没有保证的，评分就可能用到）；要是你想检查输入，条件要和约定一字不差。"),
     (r"unsupported operand type\(s\) for ([^:]+): '(\w+)' and '(\w+)'",
      lambda m: f"{m[2]} 和 {m[3]} 之间不能做 {m[1].strip()} 运算：看看其中一边是不是 None、tuple 或者一个函数。"),
 )

@@ -103,9 +103,10 @@ def check_weights():
     except qwen35_weights.CheckpointError as e:
         return Finding(BAD, f"找不到 Qwen3.5 的权重：{e}")
     mark = WARN if found.synthetic else OK
-    fix = (f"要用真模型：course-weights qwen35 --layers 3（只取课程读的约 14 MB），或设 {qwen35_weights.ENV_VAR} 指向它的文件夹，"
-           f"或 hf download {qwen35_weights.REPO_ID}" if found.synthetic else "")  # hf: huggingface_hub's CLI from 1.0
-    return Finding(mark, f"Qwen3.5 第 3 层的权重（{found.origin}）：{found.describe()}", fix)
+    fix = (f"要用真模型：course-weights qwen35 --layers 0-3（只取作业 06、08 读的第 0～3 层，约 166 MB；只做作业 06 的话 "
+           f"--layers 3 就够，约 37 MB），或设 {qwen35_weights.ENV_VAR} 指向它的文件夹，或 hf download {qwen35_weights.REPO_ID}"
+           if found.synthetic else "")  # hf: huggingface_hub's CLI from 1.0
+    return Finding(mark, f"Qwen3.5 第 0～3 层的权重（{found.origin}）：{found.describe(layers='0-3')}", fix)
 
 
 def check_real_models():

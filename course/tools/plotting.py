@@ -97,21 +97,18 @@ def flow_diagram(boxes: dict, arrows: list, *, title=None, size=(11, 6), ax=None
     """Draw a layer's data flow: labelled boxes joined by arrows.
 
     ``boxes``: name -> ``(x, y, text)`` or ``(x, y, text, colour)``, in data coordinates (the axes fit
-    the boxes). ``arrows``: ``(from, to)`` or ``(from, to, label)`` between box names. Returns the Axes.
+    the boxes). ``arrows``: ``(from, to)``, ``(from, to, label)`` or ``(from, to, label, route)`` between
+    box names; ``route`` is a dict with an optional ``"connection"`` (a matplotlib connection style such as
+    ``"angle,angleA=-90,angleB=0"``, to lead an arrow around a box) and an optional ``"label_at"`` (x, y)
+    (default: halfway between the two box centres).
+
+    Every arrow is cut where it meets the two boxes, so its head sits on the target's edge whatever the box's
+    size. Returns the Axes.
     """
     _use_chinese_font()
     if ax is None:
         _, ax = plt.subplots(figsize=size)
-    for start, end, *label in arrows:
-        (x0, y0), (x1, y1) = boxes[start][:2], boxes[end][:2]
-        ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
-                    arrowprops={"arrowstyle": "-|>", "color": "#555555", "lw": 1.3, "shrinkA": 22, "shrinkB": 22})
-        if label:
-            ax.text((x0 + x1) / 2, (y0 + y1) / 2, label[0], fontsize=8.5, color="#333333", ha="center", va="center",
-                    bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.9})
-    for x, y, text, *colour in boxes.values():
-        ax.text(x, y, text, ha="center", va="center", fontsize=9.5, zorder=3,
-                bbox={"boxstyle": "round,pad=0.45", "fc": colour[0] if colour else "#dbe8f6", "ec": "#4c72b0"})
+    _draw_arrows(ax, boxes, arrows, _draw_boxes(ax, boxes))
     xs, ys = [b[0] for b in boxes.values()], [b[1] for b in boxes.values()]
     ax.set_xlim(min(xs) - 1.2, max(xs) + 1.2)
     ax.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
@@ -119,6 +116,31 @@ def flow_diagram(boxes: dict, arrows: list, *, title=None, size=(11, 6), ax=None
     if title:
         ax.set_title(title)
     return ax
+
+
+def _draw_boxes(ax, boxes: dict) -> dict:
+    """Draw each box as text in a rounded frame; returns name -> Text artist."""
+    return {name: ax.text(x, y, text, ha="center", va="center", fontsize=9.5, zorder=3,
+                          bbox={"boxstyle": "round,pad=0.45", "fc": colour[0] if colour else "#dbe8f6",
+                                "ec": "#4c72b0"})
+            for name, (x, y, text, *colour) in boxes.items()}
+
+
+def _draw_arrows(ax, boxes: dict, arrows: list, drawn: dict) -> None:
+    """Arrows between box centres, cut at the frames of the ``drawn`` boxes."""
+    for start, end, *extra in arrows:
+        label, route = (extra + [None])[0], (extra[1:] + [{}])[0]
+        (x0, y0), (x1, y1) = boxes[start][:2], boxes[end][:2]
+        # The frames are placed when their text is drawn; the boxes were added first, so they are drawn first.
+        style = {"arrowstyle": "-|>", "color": "#555555", "lw": 1.3, "shrinkA": 1, "shrinkB": 1, "mutation_scale": 14,
+                 "patchA": drawn[start].get_bbox_patch(), "patchB": drawn[end].get_bbox_patch()}
+        if "connection" in route:
+            style["connectionstyle"] = route["connection"]
+        ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops=style)
+        if label:
+            lx, ly = route.get("label_at", ((x0 + x1) / 2, (y0 + y1) / 2))
+            ax.text(lx, ly, label, fontsize=8.5, color="#333333", ha="center", va="center",
+                    bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.9})
 
 
 def use_chinese_font() -> None:

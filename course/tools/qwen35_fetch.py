@@ -1,9 +1,13 @@
-"""``course-weights qwen35 --layers 3``: fetch from the real Qwen3.5-0.8B on the Hugging Face Hub only what the
+"""``course-weights qwen35 --layers 0-3``: fetch from the real Qwen3.5-0.8B on the Hugging Face Hub only what the
 course reads, and keep it as a small checkpoint that ``course.qwen35_weights`` prefers over the synthetic stand-in.
 
-The whole model is 1.7 GB; assignment 06 needs about 14 MB of it: layer 3's attention weights and input norm
-(bfloat16), and the embedding rows of the few tokens it feeds in. A safetensors file says in its first bytes
-where every tensor lies (an 8-byte header length, then a JSON header of names, dtypes, shapes and byte
+The whole model is 1.7 GB. A layer brings what ``course.qwen35_weights.load_layer`` reads of it
+(``layer_shapes``): its attention (layer 3: 14 MB) or Gated DeltaNet linear attention (layers 0-2: 21 MB each;
+bfloat16, with ``A_log`` and ``norm.weight`` float32 in the published file, either dtype accepted for them and
+``dt_bias``), its MLP (22 MB) and both its norms; with the embedding rows of the few tokens fed in, ``--layers 3``
+is about 37 MB and ``--layers 0-3`` (assignment 08) about 166 MB. Assignment 06 reads only layer 3's attention
+and input norm, which ``--layers 3`` includes. A safetensors file says in its
+first bytes where every tensor lies (an 8-byte header length, then a JSON header of names, dtypes, shapes and byte
 offsets), so HTTP range requests can fetch exactly those bytes:
 
 1. ``config.json`` and ``model.safetensors.index.json`` (which shard holds which tensor);
@@ -41,17 +45,19 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from course.qwen35 import FULL_ATTENTION, PROMPT_IDS, read_config, text_config_from_dict
+from course.qwen35 import PROMPT_IDS, read_config, text_config_from_dict
 from course.qwen35_weights import (
     EMBEDDING_KEY,
     FIXTURE_IDS_KEY,
     FIXTURE_ROWS_KEY,
+    FLOAT32_ALLOWED,
     INDEX_FILE,
     LANGUAGE_MODEL,
     PARTIAL_NOTE,
     REPO_ID,
     SINGLE_FILE,
-    attention_shapes,
+    CheckpointError,
+    layer_shapes,
     partial_folder,
 )
 from course.tools import net_limits
@@ -70,7 +76,7 @@ class RangeUnsupported(FetchError):
 JSON_CAP = 4 << 20  # config.json (3 kB on the Hub) or the index (50 kB)
 HEADER_CAP = 8 << 20  # a shard's safetensors header (65 kB for the 488 tensors of Qwen3.5-0.8B)
 SHARD_CAP = 4 * 10**9  # a shard's size: the whole published model is 1.7 GB
-NEEDED_CAP = 512 << 20  # the tensors fetched at once: all six softmax layers are 84 MB, an embedding row 2 kB
+NEEDED_CAP = 1 << 30  # the tensors fetched at once: all 24 layers (attention and MLP) are 996 MB, an embedding row 2 kB
 
 # Element sizes of the safetensors dtypes, to check that each tensor's bytes are its shape's; a tensor of
 # another dtype (none in Qwen3.5-0.8B) keeps only its bounds checked.
@@ -214,8 +220,10 @@ def _json_object(data: bytes, name: str, url: str) -> dict:
 
 # The sizes of config.json's text model that the fetch computes with: each a positive integer, at most 2^20
 # (Qwen3.5-0.8B's largest is its vocabulary, 248,320), so that no product or list built from them explodes.
+MAX_SIZE = 1 << 20
 _SIZES = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "num_hidden_layers",
-          "full_attention_interval")
+          "full_attention_interval", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+          "linear_value_head_dim", "linear_conv_kernel_dim")
 
 
 def _config(data: bytes, url: str):
@@ -225,7 +233,7 @@ def _config(data: bytes, url: str):
     text = raw.get("text_config", raw)
     if not isinstance(text, dict):
         raise FetchError(f"config.json from {url} has a text_config that is not an object. {_ANOTHER_SERVER}")
-    bad = [name for name in _SIZES if name in text and not (type(text[name]) is int and 0 < text[name] <= 1 << 20)]
+    bad = [name for name in _SIZES if name in text and not (type(text[name]) is int and 0 < text[name] <= MAX_SIZE)]
     if bad:
         raise FetchError(f"config.json from {url} has {', '.join(f'{name}={text[name]!r:.40}' for name in bad)}: not "
                          f"the sizes of {REPO_ID}. {_ANOTHER_SERVER}")
@@ -375,19 +383,31 @@ def _check_layout(url: str, entries: dict, data_start: int, file_size: int | Non
                          f"{of}: the file is damaged or not {REPO_ID}'s. {_ANOTHER_SERVER}")
 
 
-def _tensor(data: bytes, shape) -> torch.Tensor:
-    """bfloat16 bytes (checked by ``_check_entry``) as a tensor of ``shape``."""
-    return torch.frombuffer(bytearray(data), dtype=torch.bfloat16).reshape(shape)
+# The dtypes a needed tensor may have, by the safetensors names: bfloat16, or float32 too for FLOAT32_ALLOWED.
+_TORCH_DTYPES = {"BF16": torch.bfloat16, "F32": torch.float32}
+
+
+def _dtypes(key: str) -> tuple[str, ...]:
+    return ("BF16", "F32") if key.endswith(tuple("." + name for name in FLOAT32_ALLOWED)) else ("BF16",)
+
+
+def _tensor(data: bytes, shape, dtype: str) -> torch.Tensor:
+    """Bytes of a needed tensor (``_check_entry`` checked its safetensors ``dtype``) as a tensor of ``shape``."""
+    return torch.frombuffer(bytearray(data), dtype=_TORCH_DTYPES[dtype]).reshape(shape)
 
 
 def _needed_keys(config, layers) -> dict[str, tuple[int, ...]]:
-    """Checkpoint key -> expected shape, for the attention layers asked for."""
+    """Checkpoint key -> expected shape, for the layers asked for: a softmax-attention layer's ``self_attn`` or a
+    Gated DeltaNet layer's ``linear_attn`` tensors, each with its ``input_layernorm``, ``mlp`` and
+    ``post_attention_layernorm``."""
+    needed = {}
     for layer in layers:
-        if not 0 <= layer < config.num_hidden_layers or config.layer_types[layer] != FULL_ATTENTION:
-            raise FetchError(f"layer {layer} is not a softmax-attention layer of {REPO_ID}; those are "
-                             f"{list(config.full_attention_layers)}")
-    return {f"{LANGUAGE_MODEL}layers.{layer}.{name}": shape
-            for layer in layers for name, shape in attention_shapes(config).items()}
+        try:
+            shapes = layer_shapes(config, layer)
+        except CheckpointError as error:
+            raise FetchError(f"cannot fetch layer {layer} of {REPO_ID}: {error}") from None
+        needed |= {f"{LANGUAGE_MODEL}layers.{layer}.{name}": shape for name, shape in shapes.items()}
+    return needed
 
 
 def _missing(config, layers, token_ids, held: dict) -> tuple[dict[str, tuple[int, ...]], list[int]]:
@@ -435,7 +455,9 @@ def fetch(layers=(3,), token_ids=PROMPT_IDS, *, revision: str = "main", endpoint
     config = _config(config_bytes, config_url)
     wanted, new_ids = _missing(config, layers, token_ids, held)
     row_bytes = config.hidden_size * 2
-    total = sum(math.prod(shape) * 2 for shape in wanted.values()) + len(new_ids) * row_bytes  # Python ints: no overflow
+    # At the widest dtype each may have (a few float32 tensors), in Python ints: no overflow.
+    total = (sum(math.prod(shape) * (4 if "F32" in _dtypes(key) else 2) for key, shape in wanted.items())
+             + len(new_ids) * row_bytes)
     if total > NEEDED_CAP:
         raise FetchError(f"config.json from {config_url} makes those layers and rows {total:,} bytes, more than the "
                          f"{NEEDED_CAP:,} the course fetches at once: it is not {REPO_ID}'s. {_ANOTHER_SERVER}")
@@ -461,7 +483,7 @@ def fetch(layers=(3,), token_ids=PROMPT_IDS, *, revision: str = "main", endpoint
                     if entry is None:
                         raise FetchError(f"{url} has no tensor {key!r}")
                     embeddings = (config.vocab_size, config.hidden_size)
-                    _check_entry(url, key, entry, embeddings if key == EMBEDDING_KEY else wanted[key])
+                    _check_entry(url, key, entry, embeddings if key == EMBEDDING_KEY else wanted[key], _dtypes(key))
                     begin = start + entry["data_offsets"][0]
                     if key == EMBEDDING_KEY:
                         reads += [(begin + token * row_bytes, begin + (token + 1) * row_bytes, key, token)
@@ -470,9 +492,9 @@ def fetch(layers=(3,), token_ids=PROMPT_IDS, *, revision: str = "main", endpoint
                         reads.append((begin, start + entry["data_offsets"][1], key, None))
                 for begin, end, key, token in sorted(reads):  # in file order, as a streamed file needs
                     if token is None:
-                        fetched[key] = _tensor(remote.read(begin, end), wanted[key])
+                        fetched[key] = _tensor(remote.read(begin, end), wanted[key], entries[key]["dtype"])
                     else:
-                        rows[token] = _tensor(remote.read(begin, end), (config.hidden_size,))
+                        rows[token] = _tensor(remote.read(begin, end), (config.hidden_size,), "BF16")
                     bar.update(end - begin)
             finally:
                 if isinstance(remote, _StreamedFile):
@@ -484,11 +506,12 @@ def fetch(layers=(3,), token_ids=PROMPT_IDS, *, revision: str = "main", endpoint
     return folder, traffic
 
 
-def _check_entry(url: str, key: str, entry: dict, shape) -> None:
-    """Needed tensor ``key`` is bfloat16 of the shape the course expects (``_span`` checked its bytes fit)."""
-    if entry.get("dtype") != "BF16" or tuple(entry.get("shape", ())) != tuple(shape):
-        raise FetchError(f"{key} in {url} is {entry.get('dtype')} {entry.get('shape')}, expected BF16 {list(shape)}: "
-                         f"is this {REPO_ID}?")
+def _check_entry(url: str, key: str, entry: dict, shape, dtypes: tuple[str, ...]) -> None:
+    """Needed tensor ``key`` has one of ``dtypes`` and the shape the course expects (``_span`` checked its bytes
+    fit)."""
+    if entry.get("dtype") not in dtypes or tuple(entry.get("shape", ())) != tuple(shape):
+        raise FetchError(f"{key} in {url} is {entry.get('dtype')} {entry.get('shape')}, expected "
+                         f"{' or '.join(dtypes)} {list(shape)}: is this {REPO_ID}?")
 
 
 def _write(folder: Path, held: dict, fetched: dict, rows: dict, config_bytes: bytes, revision: str,
@@ -505,7 +528,9 @@ def _write(folder: Path, held: dict, fetched: dict, rows: dict, config_bytes: by
         tensors[FIXTURE_IDS_KEY] = torch.tensor(ids, dtype=torch.int64)
         tensors[FIXTURE_ROWS_KEY] = torch.stack(table).contiguous()
     layers = sorted({int(key.split(".")[3]) for key in tensors if key.startswith(f"{LANGUAGE_MODEL}layers.")})
-    metadata = {"note": f"{PARTIAL_NOTE} of {REPO_ID}: layers {layers} and the embedding rows of {len(ids)} tokens",
+    note = (f"{PARTIAL_NOTE} of {REPO_ID}: layers {layers} (each layer's attention or Gated DeltaNet linear "
+            f"attention, its MLP and its two norms) and the embedding rows of {len(ids)} tokens")
+    metadata = {"note": note,
                 "revision": revision, "endpoint": endpoint or os.environ.get("HF_ENDPOINT", "https://huggingface.co")}
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".writing-") as tmp:

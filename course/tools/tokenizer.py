@@ -36,13 +36,13 @@ def load_tokenizer(path=None, *, cache_dir=None, verbose: bool = True) -> Tokeni
     checkpoint = find_checkpoint(path)
     own = checkpoint.folder / "tokenizer.json"
     if not checkpoint.synthetic and own.is_file():
-        tokenizer, source = Tokenizer.from_file(str(own)), f"{REPO_ID} tokenizer.json from {checkpoint.folder}"
+        tokenizer, source = Tokenizer.from_file(str(own)), f"{REPO_ID} 自带的 tokenizer.json（{checkpoint.folder}）"
     else:
         tokenizer, file = built_tokenizer(cache_dir)
-        cached = f"cached at {file}" if file.is_file() else "not cached"
-        source = f"built from the Qwen3.5 BPE ranks in {PACKAGE} ({cached})"
+        cached = f"缓存在 {file}" if file.is_file() else "还没有缓存"
+        source = f"用 {PACKAGE} 里 Qwen3.5 的 BPE 词表现建（{cached}）"
     if verbose:
-        print(f"tokenizer: {source}")
+        print(f"tokenizer：{source}")
     return tokenizer
 
 

@@ -1,7 +1,8 @@
 """``course-weights``: get real trained weights into the course's cache folder (``course.cache``).
 
     course-weights smollm2               SmolLM2-135M-Instruct for assignment 07 (a 93 MB download, 540 MB kept)
-    course-weights qwen35 --layers 3     only what assignment 06 reads of the real Qwen3.5-0.8B (about 14 MB)
+    course-weights qwen35 --layers 0-3   the real Qwen3.5-0.8B's layers 0-3, what assignment 08 reads (about 166 MB)
+    course-weights qwen35 --layers 3     only layer 3, enough for assignment 06 (about 37 MB)
 
 Both do nothing when what they fetch is already there, and exit with status 1 and a message saying what to do
 when they cannot fetch it (offline, a server without range requests, one that stalls or sends what the course
@@ -30,24 +31,39 @@ def _token_ids(texts: list[str]) -> list[int]:
     return ids
 
 
+def _layers(text: str) -> range:
+    """One of ``--layers``'s words: a layer ``N`` or a range ``A-B`` (both ends included). Layers that the model
+    does not have are left to the fetch to refuse, which knows how many there are."""
+    first, dash, last = text.partition("-")
+    if not (first.isascii() and first.isdigit() and (not dash or (last.isascii() and last.isdigit()))):
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a layer number (3) nor a range of them (0-3)")
+    start, stop = int(first), int(last or first)
+    if stop < start:
+        raise argparse.ArgumentTypeError(f"{text!r} ends before it starts; a range is written low-high, as 0-3")
+    if stop > qwen35_fetch.MAX_SIZE:  # so that no range is too long to list
+        raise argparse.ArgumentTypeError(f"{text!r} names layer {stop}; no model the course reads has that many")
+    return range(start, stop + 1)
+
+
 def _qwen35(args) -> None:
     ids = _token_ids(args.text)
+    layers = sorted(set().union(*args.layers))
     options = dict(revision=args.revision, endpoint=args.endpoint, progress=not args.quiet)
     try:
-        qwen35_fetch.fetch(args.layers, ids, full_download=args.full_download, **options)
+        qwen35_fetch.fetch(layers, ids, full_download=args.full_download, **options)
     except qwen35_fetch.RangeUnsupported as error:
         if not sys.stdin.isatty() or input(f"{error}.\nDownload the whole shard instead (about 1.7 GB, streamed; "
                                            "only the needed bytes are kept)? [y/N] ").strip().lower() != "y":
             raise qwen35_fetch.FetchError(f"{error}. To fetch through this server anyway, run again with "
                                           "--full-download, which streams the whole shard once and keeps only "
                                           "the needed bytes.") from None
-        qwen35_fetch.fetch(args.layers, ids, full_download=True, **options)
+        qwen35_fetch.fetch(layers, ids, full_download=True, **options)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="course-weights", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[2:5]))
+                                     epilog="\n".join(__doc__.splitlines()[2:6]))
     commands = parser.add_subparsers(dest="command", required=True)
 
     small = commands.add_parser("smollm2", help="SmolLM2-135M-Instruct (Apache-2.0) for assignment 07")
@@ -57,7 +73,10 @@ def main(argv=None) -> int:
     small.set_defaults(run=_smollm2)
 
     qwen = commands.add_parser("qwen35", help="layers of the real Qwen3.5-0.8B, fetched by HTTP range requests")
-    qwen.add_argument("--layers", type=int, nargs="+", default=[3], help="full-attention layers to fetch (default: 3)")
+    qwen.add_argument("--layers", type=_layers, nargs="+", default=[range(3, 4)], metavar="N|A-B",
+                      help="layers to fetch, numbers or ranges: 3, 0-3 or 0 1 2 3 (default: 3). A softmax-attention "
+                           "layer brings its self_attn weights, a Gated DeltaNet one its linear_attn weights, each "
+                           "with its mlp, input_layernorm and post_attention_layernorm")
     qwen.add_argument("--text", action="append", default=[],
                       help=f"also fetch the embeddings of this text's tokens (those of {PROMPT} always are)")
     qwen.add_argument("--revision", default="main", help="branch, tag or commit of the model (default: main)")

@@ -25,12 +25,14 @@
 # 4. 练习 3：`MultiHeadAttention`，带因果掩码和 padding 掩码；
 # 5. 画出几个头各自在看什么；
 # 6. 为什么拼接之后还需要 `o_proj`；
-# 7. 数一数参数：$4d^2$。
+# 7. 数一数参数：$4d^2$；
+# 8. 小结和思考题。
 #
 # > **本课程的约定**
 # >
 # > - 注意力里的张量形状是 `[batch, heads, seq, head_dim]`，下文简写为 `[B, H, T, D]`；
 # >   进出注意力层的 hidden states 是 `[B, T, hidden]`，并且 $\text{hidden} = H \cdot D$。
+# > - 符号：$B$ batch，$T$ 序列长度，$H$ 头数，$D$ = `head_dim`（每个头的维数），$d$ = `hidden_size`（$d = H D$）。
 # > - 掩码是 `torch.bool`，**True 表示"可以看"**，形状能广播到 `[B, H, T_q, T_k]` 即可。
 # > - 模块的线性层一律是 `nn.Linear(..., bias=False)`，名字叫 `q_proj`、`k_proj`、`v_proj`、`o_proj`：
 # >   Hugging Face 的权重按名字加载，评分程序也按这些名字把权重放进你的模块。
@@ -38,6 +40,7 @@
 # >   所以函数和类里不要用演示单元里的变量，也不要改名字和参数。
 # > - **「运行全部」（Run All）**：练习还没写的时候，它会停在第一个练习后面的检查单元，报 `NotImplementedError`——
 # >   这是正常的，不是你弄坏了什么。从上往下做：写完一个练习，运行它和它后面的检查，再往下走。
+# > - 每个练习标着难度（🔴 越多越难，最多五个）和大约要花的时间；提示收在「提示」里，卡住了再点开。
 # >
 # > 作业 01 的五个函数（`attention_scores`、`causal_mask`、`padding_mask`、`masked_softmax`、`attention`）
 # > 放在导入单元后面的「已给出」单元里（作业 01 的参考答案），运行一下就能用。
@@ -73,7 +76,9 @@ plotting.use_chinese_font()  # Chinese titles and labels in every figure below
 # $$
 #
 # 头多了，计算量却没有变大：hidden 维被**切开**分给各个头。比如 MiniMind 一类的小模型里
-# $\text{hidden} = 512$、$H = 8$，每个头分到 $D = 512 / 8 = 64$ 维。
+# $\text{hidden} = 512$、$H = 8$，每个头分到 $D = 512 / 8 = 64$ 维。一个头的分数表 $QK^\top$ 是 $T \times T$ 个长度为 $D$ 的点积，
+# 要 $2T^2D$ 次浮点运算（FLOPs，一次乘加算 2 次）；$H$ 个头合起来是 $2T^2 \cdot HD = 2T^2 d$，和切成几个头无关。
+# （作业 03 会把整层注意力的 FLOPs 一项一项数清楚。）
 #
 # 实现时不会真的建 $H$ 个小矩阵。`q_proj` 是一个 `[hidden → H·D]` 的大线性层，它的 $H \cdot D$ 个输出里，
 # 第 $h$ 段 $D$ 个（第 $hD$ 到 $(h+1)D - 1$ 个）就是第 $h$ 个头的 query。一次大矩阵乘法等于 $H$ 次小的，
@@ -138,6 +143,11 @@ show("y = o_proj(out)", y)
 # 8. **`o_proj`**：再做一次线性变换，把各头的结果混合起来（第 6 节细说为什么需要它）。
 #
 # 出来的形状和进去的一样，都是 `[2, 5, 512]`：注意力层可以一层层叠上去，中间还能接残差连接和 MLP。
+#
+# > **本课程省掉的一步：注意力权重上的 dropout。** BERT、GPT-2 和不少教程代码（包括 MiniMind）在第 5 步的 softmax
+# > 之后、乘 $V$ 之前还有一个 `nn.Dropout`：训练时随机把一部分权重置 0，其余的除以 $1 - p$ 放大，推理时关掉。
+# > 它是防过拟合的正则化；如今大模型预训练的数据多到每条基本只看一遍，很少过拟合，所以 Llama、Qwen 这类模型都把它设成 0，
+# > 训练时也省下了生成随机掩码的时间和保存它的显存。这门课不训练大模型，一律不加。
 
 # %% [markdown]
 # ### 两个容易踩的坑
@@ -199,11 +209,17 @@ print("contiguous().view：", list(back.contiguous().view(2, 5, 512).shape))
 #
 # ### 练习 1：`split_heads(x, num_heads)`
 #
+# 难度：🔴🔴⚪⚪⚪ · 约 10 分钟
+#
 # 输入 `x` 的形状是 `[B, T, H·D]`，返回 `[B, H, T, D]`，其中 $D$ = `x.shape[-1] // num_heads`。
 # 第 $h$ 个头拿到每个 token 的第 $hD$ 到 $(h+1)D - 1$ 维。
 #
-# 提示：回想第 2 节的第 2、3 步和坑一。要分两步走：先把每个 token 的向量按头切开，再把头这一维挪到序列那一维前面；
+# <details><summary>提示</summary>
+#
+# 回想第 2 节的第 2、3 步和坑一。要分两步走：先把每个 token 的向量按头切开，再把头这一维挪到序列那一维前面；
 # 顺序反过来，形状对了，内容却是乱的。batch 大小、序列长度和宽度都从 `x.shape` 读出来，不要写死。
+#
+# </details>
 
 # %% tags=["solution:split_heads"]
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -233,11 +249,17 @@ grade("split_heads")
 # %% [markdown]
 # ### 练习 2：`merge_heads(x)`
 #
+# 难度：🔴⚪⚪⚪⚪ · 约 5 分钟
+#
 # `split_heads` 的逆操作：输入 `[B, H, T, D]`，返回 `[B, T, H·D]`，每个 token 的 $H$ 份输出按头的顺序首尾相接。
 #
-# 提示：把 `split_heads` 倒着走一遍：先让每个 token 的 $H$ 份输出重新挨在一起，再把它们合成一份。
+# <details><summary>提示</summary>
+#
+# 把 `split_heads` 倒着走一遍：先让每个 token 的 $H$ 份输出重新挨在一起，再把它们合成一份。
 # 换维这一步省不得：跳过它直接改形状，形状会对，但同一行里拼进去的是同一个头、不同 token 的结果。
 # 还记得坑二吗？换过维度的张量在内存里不连续，想想哪种改形状的写法在这时还能用。
+#
+# </details>
 
 # %% tags=["solution:merge_heads"]
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
@@ -267,6 +289,8 @@ grade("merge_heads")
 # %% [markdown]
 # ## 4. 练习 3：`MultiHeadAttention(hidden_size, num_heads)`
 #
+# 难度：🔴🔴🔴⚪⚪ · 约 20 分钟
+#
 # 把第 2 节的流程装进一个 `nn.Module`，再加上掩码。
 #
 # **`__init__(hidden_size, num_heads)`**：四个线性层，都是 `nn.Linear(hidden_size, hidden_size, bias=False)`，
@@ -282,9 +306,13 @@ grade("merge_heads")
 # 3. 调用 `attention(q, k, v, mask)`，它在最后两维上计算，`[B, H, T, D]` 直接就能用，而且会按每个头的 $D$ 缩放；
 # 4. `merge_heads`，再过 `o_proj`。
 #
-# 提示：`nn.Module` 的子类在 `__init__` 里第一件事是调用 `super().__init__()`；要在 `forward` 里用的东西存到 `self` 上。
+# <details><summary>提示</summary>
+#
+# `nn.Module` 的子类在 `__init__` 里第一件事是调用 `super().__init__()`；要在 `forward` 里用的东西存到 `self` 上。
 # 掩码请用现成的 `causal_mask`、`padding_mask` 和 `attention`。如果你想自己写 `masked_fill`，记住它**返回一个新张量**，
 # 不会修改原来的 `scores`：只写 `scores.masked_fill(...)` 而不接住返回值，这个掩码就白加了。
+#
+# </details>
 
 # %% tags=["solution:MultiHeadAttention"]
 class MultiHeadAttention(nn.Module):
@@ -473,3 +501,41 @@ for heads in (1, 8, 64):
 # | `attention` | `[B, H, T, D]` | 按每个头的 $D$ 缩放；掩码用 `&` 合并 |
 # | `merge_heads` | `[B, T, H·D]` | 先 `transpose(1, 2)`，再 `reshape` |
 # | `o_proj` | `[B, T, hidden]` | 让各头的结果混合；参数量 $4d^2$ |
+
+# %% [markdown]
+# ### 思考题
+#
+# 1. hidden 保持 512，把头数从 8 加到 64（每个头只剩 $D = 8$ 维）。参数量、FLOPs 会变吗？什么会变差？
+
+# %% [markdown] tags=["answer:many_small_heads"]
+# ### BEGIN SOLUTION
+# 参数量不变，还是 $4d^2$（第 7 节数过）；投影的 FLOPs 不变；分数表和加权求和的 FLOPs 是 $H \times 2T^2D = 2T^2d$，也不变。
+# 变的是每个头能表达什么。一个头的分数 $q \cdot k$ 只在 $D$ 维里算：$D = 8$ 时，这个头对 $T$ 个 token 打出的
+# $T \times T$ 分数表的秩最多是 8，能区分的"关系"很少；每个头取回的值也只有 8 维。头越多，每个头越窄，
+# 这个瓶颈就越紧。另外，要存的注意力权重有 $H$ 张 $T \times T$ 的表，头数加到 8 倍，这份中间结果也变成 8 倍大。
+# 所以实际模型的 $D$ 大多取 64 到 256，而不是把头切得很碎。
+# ### END SOLUTION
+
+# %% [markdown]
+# 2. 缩放时为什么除以 $\sqrt{D}$（每个头的维数），而不是 $\sqrt{d}$（hidden 的维数）？
+
+# %% [markdown] tags=["answer:scale_per_head"]
+# ### BEGIN SOLUTION
+# 缩放是为了让分数的大小不随维数变化。一个头的分数是 $q_h \cdot k_h = \sum_{i=1}^{D} q_i k_i$，只有 $D$ 项相加；
+# 各项独立、方差为 1 时，和的方差是 $D$，除以 $\sqrt{D}$ 正好让它回到 1。hidden 的其余 $d - D$ 维属于别的头，
+# 根本不在这个点积里。要是除以 $\sqrt{d}$，分数就被多压小了 $\sqrt{H}$ 倍（$H = 8$ 时约 2.8 倍），
+# softmax 会变得过于平均，每个头都更难把注意力集中到少数几个 token 上。
+# ### END SOLUTION
+
+# %% [markdown]
+# 3. 把输入的 token 顺序打乱（比如倒过来），`causal=False` 时输出会怎样？`causal=True` 时呢？这说明模型还缺什么？
+
+# %% [markdown] tags=["answer:permuted_tokens"]
+# ### BEGIN SOLUTION
+# `causal=False`（也没有 padding）时，输出只是跟着换了位置，每个 token 自己的输出一点不变：投影对每个 token 各算各的，
+# 注意力对所有 key 求加权和，而加法不在乎顺序。换句话说，这个模块根本不知道 token 的先后。
+#
+# `causal=True` 时就不一样了：每个 token 能看到的是"排在它前面的那些"，顺序一换，它看到的集合就变了，输出也跟着变。
+# 但这只是掩码带来的一点位置信息；"相隔多远""谁紧挨着谁"，模块自己仍然看不出来。所以真实模型要另外加上位置编码，
+# 作业 04 的 RoPE 就是现在最常用的一种。
+# ### END SOLUTION

@@ -19,16 +19,16 @@
 # "这个 key 离我 3 个位置"这样的相对距离，打分里没有。这次作业的前半部分把距离直接写进打分：**RoPE**（旋转位置编码），
 # 今天几乎所有大模型都用它。
 # 后半部分是 DeepSeek-V2 提出的**多头潜在注意力**（Multi-head Latent Attention，MLA）：KV cache 里不再存每个头的 K、V，
-# 只存一个低维的"潜在向量"，缓存比 MHA 小几十倍。MLA 离不开 RoPE，而且正是 RoPE 逼出了它最巧妙的一步。
+# 只存一个低维的"潜在向量"，缓存只有 MHA 的几十分之一。MLA 离不开 RoPE，而且正是 RoPE 逼出了它最巧妙的一步。
 #
 # 六个练习：`rope_cos_sin`、`apply_rope`、`LatentKVCache`、`MultiHeadLatentAttention`（及其吸收版的
 # `forward_absorbed`）、`mla_cache_bytes`。
 #
 # 路线：
 #
-# - **A. RoPE**：1. 转一对数；2. 很多对、很多频率；3–4. 练习 1、2；5. 两种排法；6. 带缓存时的位置。
+# - **A. RoPE**：1. 转一对数；2. 很多对、很多频率，以及怎么把上下文拉长；3–4. 练习 1、2；5. 两种排法；6. 带缓存时的位置。
 # - **B. MLA**：7. 只缓存一个潜在向量；8. 吸收，和 RoPE 为什么挡路；9. 解耦的 RoPE key 与缩放；10. 数据流图；
-#   11–14. 练习 3–6；15. 量一量吸收版快在哪里。
+#   11–14. 练习 3–6（13 之后：解码时的 MLA 就是 latent 空间里的 MQA）；15. 量一量吸收版快在哪里。
 #
 # 参考资料：RoPE 来自 RoFormer 论文（Su 等，2021）；MLA 来自 DeepSeek-V2 论文（DeepSeek-AI，2024），
 # 一篇讲 MHA/MQA/GQA/MLA 的中文教程也写过一个简化版，本作业会指出它和 DeepSeek 原版的两处不同。
@@ -148,12 +148,101 @@ plt.show()
 # 每一对是一个钟面上的指针，各自以不同的速度走。把所有指针的读数合起来，就能分辨出很大范围内的每个距离。
 
 # %% [markdown]
+# ### 上下文不够长：把慢对拉长
+#
+# 模型训练时只见过 $T_{\text{train}}$ 以内的位置。再往后，快对在训练长度里早就转过成百上千圈，角度都见过；波长比 $T_{\text{train}}$ 还长的
+# **慢对**却转到了训练时没出现过的角度，模型不会读。要把上下文扩大 $s$ 倍，常见的四种办法都只改每一对的频率 $\theta_i$
+# （也就是改波长 $\lambda_i = 2\pi/\theta_i$）：
+#
+# - **位置插值**（PI）：所有频率都除以 $s$，等于把位置 $m$ 当成 $m/s$。远处的角度回到了见过的范围，可快对也慢了 $s$ 倍，
+#   相邻几个 token 的距离变得难分。
+# - **NTK-aware**：把 theta 调大到 $\text{theta}\cdot s^{d_r/(d_r-2)}$。第 0 对不变，最后一对正好慢 $s$ 倍，中间渐变：
+#   高频几乎保留，低频被拉长。
+# - **YaRN**：看每一对在训练长度里转了几圈，$\rho_i = T_{\text{train}}/\lambda_i$。转了 $\beta = 32$ 圈以上的不动，
+#   不到 $\alpha = 1$ 圈的按 PI 除以 $s$，中间按 $\rho_i$ 线性过渡。此外，分数再乘一个"温度" $(0.1\ln s + 1)^2$
+#   （YaRN 论文按实验定的）：插值后 softmax 会摊得更平，这一项把它拉回来。
+# - **Llama 3 的 rope scaling**（factor 8，`low_freq_factor` 1，`high_freq_factor` 4，原始上下文 8192）：波长超过
+#   $8192/1$ 的对除以 8，短于 $8192/4$ 的不动，中间平滑过渡。
+#
+# 用 Llama 3.1 的真实设置画出来：$d_r = 128$（64 对）、theta $= 5\times10^5$、$T_{\text{train}} = 8192$、$s = 8$。
+
+# %%
+d_r_llama, theta_llama, train_len, s_ext = 128, 500_000.0, 8192, 8
+pairs_llama = torch.arange(d_r_llama // 2)
+base_freq = theta_llama ** (-2 * pairs_llama.double() / d_r_llama)      # θ_i, [d_r / 2]
+
+
+def ramp_frequencies(freq: torch.Tensor, scale: float, context: int, alpha: float, beta: float) -> torch.Tensor:
+    """YaRN's ramp: pairs turning more than beta times within context keep freq, under alpha get freq / scale."""
+    kept = ((context * freq / (2 * math.pi) - alpha) / (beta - alpha)).clamp(0, 1)   # by turns ρ = context / λ
+    return kept * freq + (1 - kept) * freq / scale
+
+
+def llama3_frequencies(freq: torch.Tensor, factor=8, low_freq_factor=1, high_freq_factor=4, original=8192):
+    """Llama 3's rule by wavelength: above original / low divide by factor, below original / high keep, smooth between."""
+    wavelength = 2 * math.pi / freq
+    smooth = (original / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    scaled = torch.where(wavelength > original / low_freq_factor, freq / factor, freq)
+    between = (wavelength >= original / high_freq_factor) & (wavelength <= original / low_freq_factor)
+    return torch.where(between, (1 - smooth) * freq / factor + smooth * freq, scaled)
+
+
+extended = {
+    "位置插值（PI）": base_freq / s_ext,
+    "NTK-aware": (theta_llama * s_ext ** (d_r_llama / (d_r_llama - 2))) ** (-2 * pairs_llama.double() / d_r_llama),
+    "YaRN（α = 1，β = 32）": ramp_frequencies(base_freq, s_ext, train_len, 1, 32),
+    "Llama 3": llama3_frequencies(base_freq),
+}
+# Llama 3's rule is YaRN's ramp with beta = high_freq_factor = 4 (and no temperature).
+assert torch.allclose(extended["Llama 3"], ramp_frequencies(base_freq, s_ext, train_len, 1, 4))
+
+wavelength = 2 * math.pi / base_freq
+fig, (ax_wl, ax_stretch) = plt.subplots(1, 2, figsize=(13, 4.4))
+ax_wl.plot(pairs_llama, wavelength, color="black", linewidth=2.5, label="原始")
+for name, freq in extended.items():
+    ax_wl.plot(pairs_llama, 2 * math.pi / freq, label=name)
+    ax_stretch.plot(pairs_llama, base_freq / freq, label=name)
+for length, text in [(train_len, "8192 = T_train"), (train_len // 4, "2048 = T_train / 4"),
+                     (s_ext * train_len, "65,536 = 8 × T_train")]:
+    ax_wl.axhline(length, color="gray", linestyle="--", linewidth=1)
+    ax_wl.text(0, length * 1.3, text, fontsize=8, color="gray")
+ax_wl.set_yscale("log")
+ax_wl.set_xlabel("第 i 对")
+ax_wl.set_ylabel("波长 λᵢ（位置数，对数坐标）")
+ax_wl.set_title("扩展前后每一对的波长（d_r = 128，theta = 5e5）")
+ax_wl.legend(fontsize=8)
+ax_stretch.set_xlabel("第 i 对")
+ax_stretch.set_ylabel("波长被拉长的倍数 λ′ᵢ / λᵢ")
+ax_stretch.set_title("哪些对被拉长（s = 8）")
+ax_stretch.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+stretch_llama = base_freq / extended["Llama 3"]
+kept, full = (stretch_llama < 1 + 1e-9).sum().item(), (stretch_llama > s_ext - 1e-9).sum().item()
+print(f"Llama 3：64 对里 {kept} 对不动（波长 < 2048），{full} 对拉长 8 倍（波长 > 8192），"
+      f"{64 - kept - full} 对在中间过渡")
+stretch_yarn = base_freq / extended["YaRN（α = 1，β = 32）"]
+print(f"YaRN：{(stretch_yarn < 1 + 1e-9).sum().item()} 对不动，{(stretch_yarn > s_ext - 1e-9).sum().item()} 对拉长 8 倍；"
+      f"温度 (0.1·ln {s_ext} + 1)² = {(0.1 * math.log(s_ext) + 1) ** 2:.3f}")
+print(f"NTK-aware：第 0 对拉长 {(base_freq / extended['NTK-aware'])[0]:.2f} 倍，"
+      f"第 {len(pairs_llama) // 2} 对 {(base_freq / extended['NTK-aware'])[len(pairs_llama) // 2]:.2f} 倍，"
+      f"最后一对 {(base_freq / extended['NTK-aware'])[-1]:.2f} 倍")
+
+# %% [markdown]
+# 右图一眼就能看出区别：PI 把 64 对全都拉长 8 倍；另外三种都让快对（左边）保持原样，只拉长慢对。NTK-aware 是一条平滑的曲线，
+# 中间的对也被拉长了（第 32 对约 2.9 倍）；YaRN 和 Llama 3 则按"在训练长度里转了几圈"划出明确的界线，界线以外原封不动。
+# Llama 3 的规则其实就是 $\beta = 4$、不加温度的 YaRN 斜坡（上面的 `assert` 核对过）。
+# （Hugging Face 的 YaRN 在两条界线之间按对的编号、而不是按圈数线性过渡，曲线略有不同，界线一样。）
+# DeepSeek-V2/V3 用的就是 YaRN，第 9 节会再碰到它的温度。
+
+# %% [markdown]
 # ## 3. 练习 1：`rope_cos_sin(positions, rotary_dim, theta)`
 #
 # 旋转要用的只是每个位置、每一对的 $\cos$ 和 $\sin$。先把它们做成两张表，之后所有的头、所有的层都查同一张表。
 #
 # 输入 `positions` 是整数张量 `[T]`（不一定从 0 开始：带缓存时是 `len(cache)` 往后的几个位置），
-# `rotary_dim` 是参与旋转的维数（偶数）。返回 `(cos, sin)`，形状都是 `[T, rotary_dim]`，float32：
+# `rotary_dim`（记作 $d_r$）是参与旋转的维数（偶数）。返回 `(cos, sin)`，形状都是 `[T, rotary_dim]`，float32：
 #
 # - 第 $i$ 个频率是 $\text{theta}^{-2i/\text{rotary\_dim}}$，$i = 0, \dots, \text{rotary\_dim}/2 - 1$；
 # - 表的第 $m$ 行、第 $i$ 列是角度 $m\,\theta_i$；
@@ -443,7 +532,8 @@ print("有 RoPE：真正的分数  ", true_scores)
 print("        硬吸收得到的  ", absorbed_try)
 
 # %% [markdown]
-# 差得很远。要么放弃吸收（每一步把所有位置的 $k$ 升维、旋转一遍，缓存小了，计算却多了），要么……
+# 只有第 0 个数对得上：位置 0 的 key 转了 0 弧度（$R_0 = I$），"当成没转过"对它恰好没错。从位置 1 起，每个 key 都转过
+# $n\theta_i$，硬吸收把这些旋转全丢了，分数差得很远。要么放弃吸收（每一步把所有位置的 $k$ 升维、旋转一遍，缓存小了，计算却多了），要么……
 
 # %% [markdown]
 # ## 9. 解耦的 RoPE key，和缩放
@@ -471,11 +561,50 @@ right_scale = (d_nope_demo + d_rope_demo) ** -0.5
 tutorial_scale = 1 / (math.sqrt(d_nope_demo) + math.sqrt(d_rope_demo))
 print(f"没缩放的分数的标准差 {raw.std():.2f}（√48 = {math.sqrt(48):.2f}）")
 print(f"× (d_nope + d_rope)^-½      → std {(raw * right_scale).std():.2f}")
-print(f"× 1/(√d_nope + √d_rope)     → std {(raw * tutorial_scale).std():.2f}  (a divisor {right_scale / tutorial_scale:.2f}× too large)")
+print(f"× 1/(√d_nope + √d_rope)     → std {(raw * tutorial_scale).std():.2f}（除数是正确值的 {right_scale / tutorial_scale:.2f} 倍）")
 
 # %% [markdown]
-# 用对的缩放，分数的标准差回到 1；教程的写法只有约 0.72。（那个简化版还给每个投影加了 bias，也没有 latent 的 RMSNorm；
-# 本作业按 DeepSeek 的原版来，真实的权重才能装进来。）
+# 用对的缩放，分数的标准差回到 1；教程的写法只有约 0.72。
+#
+# 这还只是一处错。教程代码里的 $d$ 是 `head_dim = hidden_size // num_heads` $= 256 / 8 = 32$，可它每个头的 nope 段
+# 是从 128 维的升维结果里按 8 个头切出来的，只有 $128 / 8 = 16$ 维：点积真正求和的是 $16 + 26$ 维。用它自己的尺寸再量一次：
+
+# %%
+# The tutorial's MLA: hidden 256, 8 heads, keys up-projected to 128 dims (16 per head), a 26-dim rope key.
+tut_hidden, tut_heads, tut_up_dim, tut_rope = 256, 8, 128, 26
+tut_d = tut_hidden // tut_heads       # its head_dim, the d of its divisor
+tut_nope = tut_up_dim // tut_heads    # the nope width each head really has
+summed = tut_nope + tut_rope          # the dims the dot product runs over
+tut_divisor, right_divisor = math.sqrt(tut_d) + math.sqrt(tut_rope), math.sqrt(summed)
+torch.manual_seed(4)
+raw_tut = (torch.randn(10_000, summed) * torch.randn(10_000, summed)).sum(-1)
+print(f"教程的除数 √{tut_d} + √{tut_rope} = {tut_divisor:.2f}；点积在 {tut_nope} + {tut_rope} = {summed} 维上求和，"
+      f"该除以 √{summed} = {right_divisor:.2f}")
+print(f"只犯第一处错（√{tut_nope} + √{tut_rope} = {math.sqrt(tut_nope) + math.sqrt(tut_rope):.2f}）：除数是正确值的 "
+      f"{(math.sqrt(tut_nope) + math.sqrt(tut_rope)) / right_divisor:.2f} 倍；两处叠加：{tut_divisor / right_divisor:.2f} 倍")
+print(f"分数的标准差：除以 √{summed} → {(raw_tut / right_divisor).std():.2f}，按教程除 → {(raw_tut / tut_divisor).std():.2f}")
+
+# %% [markdown]
+# 两处错叠在一起，教程的除数是正确值的 1.66 倍，分数的标准差只剩约 0.6，softmax 比该有的平得多。
+# （那个简化版还给每个投影加了 bias，也没有 latent 的 RMSNorm；本作业按 DeepSeek 的原版来，真实的权重才能装进来。）
+#
+# > **注**：DeepSeek 发布的 V2、V3 权重都用 YaRN（第 2 节末尾）把训练时的 4096 个位置扩展到了 128K，config 里是
+# > `"rope_scaling": {"type": "yarn", "factor": 40, "mscale_all_dim": …}`。YaRN 要给注意力分数乘一个"温度"，所以
+# > Hugging Face 的 DeepSeek 实现把 softmax 的缩放再乘上 $\text{mscale}^2$，$\text{mscale} = 0.1\, m \ln(\text{factor}) + 1$（$m$ 是 config 里的
+# > `mscale_all_dim`）。
+# > 本作业的 $(d_{nope} + d_{rope})^{-1/2}$ 是不做扩展时的干净形式。装真实权重时别忘了这一项：
+
+# %%
+def yarn_mscale(factor: float, mscale_all_dim: float) -> float:
+    """YaRN's attention temperature as Hugging Face's DeepSeek code computes it: 0.1 * m * ln(factor) + 1."""
+    return 0.1 * mscale_all_dim * math.log(factor) + 1.0
+
+
+qk_head_dim_v2 = 128 + 64  # d_nope + d_rope of DeepSeek-V2 and V3
+for release, mscale_all_dim in [("DeepSeek-V2", 0.707), ("DeepSeek-V3", 1.0)]:
+    m_scale = yarn_mscale(40, mscale_all_dim)
+    print(f"{release}（factor 40，mscale_all_dim {mscale_all_dim}）：mscale = {m_scale:.3f}，"
+          f"softmax 的缩放 = {qk_head_dim_v2}^-½ × {m_scale ** 2:.3f}")
 
 # %% [markdown]
 # ## 10. 数据流
@@ -497,7 +626,9 @@ mla_boxes = {
 }
 mla_arrows = [("x", "q"), ("x", "kva"), ("kva", "latent", "前 r 维"), ("kva", "krope", "后 d_rope 维"),
               ("latent", "cache"), ("krope", "cache"), ("cache", "kvb", "c"), ("kvb", "scores", "k_nope, v"),
-              ("q", "qrope"), ("qrope", "scores", "q_rope"), ("q", "scores", "q_nope"), ("cache", "scores", "k_rope"),
+              ("q", "qrope"), ("qrope", "scores", "q_rope"), ("q", "scores", "q_nope"),
+              # k_rope skips kv_b_proj: straight down past the box's right side, then into the scores.
+              ("cache", "scores", "k_rope", {"connection": "angle,angleA=-90,angleB=0", "label_at": (3.4, -1.7)}),
               ("scores", "out")]
 plotting.flow_diagram(mla_boxes, mla_arrows, title="多头潜在注意力（MLA）的一次前向", size=(13, 7.5))
 plt.show()
@@ -791,6 +922,72 @@ grade("forward_absorbed")
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# ### 解码时的 MLA，就是 latent 空间里的 MQA
+#
+# 看吸收版每个头在算什么：query 是 $[\tilde q \mid q_{rope}]$（$r + d_{rope}$ 维），key 是 $[c \mid k_{rope}]$，value 就是 $c$。
+# 后两样**每个头都一样**——key 和 value 都只有一份，所有 $H$ 个头共用，这正是 MQA，只是维数大：DeepSeek-V2 的 key 是
+# $512 + 64 = 576$ 维，value 是 512 维。SGLang 这样的推理框架里，吸收版的 MLA 就是交给一个"1 个 KV 头、key 576 维、
+# value 512 维"的 MQA kernel 去算的。
+#
+# 这决定了解码时的瓶颈在哪里。MHA 解码一步，每个头的 K、V 只被 1 个 query 用，从显存读一个数只做 1 次乘加，GPU 在等数据
+# （带宽受限）。MLA 每读一个缓存的数，$H$ 个头都要用它，而且 $c$ 既当 key 又当 value，读一次用两回：每个字节的计算量是 MHA 的
+# $H(2r + d_{rope})/(r + d_{rope}) \approx 2H$ 倍（DeepSeek-V2 有 128 个头），已经够得上 GPU 的算力和带宽之比，
+# 瓶颈从读缓存移到了计算上。DeepSeek 开源的 FlashMLA 就是按"算力受限"来写的 kernel。
+# 用 DeepSeek-V2 的尺寸数一数（bf16，每个数 2 字节，一次乘加算 2 次浮点运算，所以"每字节的浮点运算数"正好等于"每个数的乘加数"）：
+
+# %%
+heads_v2, rank_v2, rope_v2, head_dim_v2 = 128, 512, 64, 128
+# One decode step, per cached position: numbers read from the cache, and multiply-adds done with them.
+mha_read, mha_madds = 2 * heads_v2 * head_dim_v2, heads_v2 * (head_dim_v2 + head_dim_v2)      # q·k and weight·v
+mla_read, mla_madds = rank_v2 + rope_v2, heads_v2 * ((rank_v2 + rope_v2) + rank_v2)          # all heads share them
+h800_flops, h800_bandwidth = 865e12, 3.35e12  # FlashMLA's write-up: H800 bf16 at its throttled clock, HBM bytes/s
+print(f"MHA：每个位置读 {mha_read:,} 个数，做 {mha_madds:,} 次乘加 → 每字节 {mha_madds / mha_read:.0f} 次浮点运算")
+print(f"MLA（吸收后）：每个位置读 {mla_read} 个数，做 {mla_madds:,} 次乘加 → 每字节 {mla_madds / mla_read:.0f} 次浮点运算")
+print(f"H800 的算力 / 带宽 ≈ {h800_flops / h800_bandwidth:.0f} 次浮点运算 / 字节")
+
+# %% [markdown]
+# 每字节约 242 次浮点运算，和 H800 的约 258 在同一个量级（每步预测两个 token 时翻倍，就越过去了）；MHA 只有 1。
+#
+# 吸收还有另一半。$W_{UV}$ 本来在注意力之后按头乘：$o = W_O\,[W_{UV}^{(1)} u^{(1)};\ \dots;\ W_{UV}^{(H)} u^{(H)}]$，
+# $u^{(h)}$ 是第 $h$ 个头加权后的 latent（$r$ 维）。这是一串线性运算，可以先合并：
+# $W_O \cdot \operatorname{blockdiag}(W_{UV}^{(1)}, \dots, W_{UV}^{(H)})$ 是一个 $d \times H r$ 的矩阵，直接作用在拼起来的 $u$ 上——
+# $W_{UV}$ 被吸收进了 `o_proj`。同样，$W_{UK}$ 可以提前吸收进 query 的投影（`q_b_proj` 的 nope 行）：
+# DeepSeek-V2 论文说的就是这两处吸收，推理时根本不需要单独的 $W_{UK}$、$W_{UV}$。拿上面检查里的 `mla` 核对一下
+# （$H = 4$、$r = 8$、$d_{nope} = 4$、$d_v = 6$，query 经过 `q_a_proj` 压缩）：
+
+# %%
+config_c = mla_config(12)  # the sizes of the mla above
+heads_c, rank_c = config_c.num_attention_heads, config_c.kv_lora_rank
+d_nope_c, d_rope_c, d_v_c = config_c.qk_nope_head_dim, config_c.qk_rope_head_dim, config_c.v_head_dim
+per_head_w = mla.kv_b_proj.weight.view(heads_c, d_nope_c + d_v_c, rank_c)
+w_uk_c, w_uv_c = per_head_w[:, :d_nope_c], per_head_w[:, d_nope_c:]                    # [H, d_nope, r], [H, d_v, r]
+# W_UV into o_proj: [hidden, H·d_v] @ blockdiag(W_UV) [H·d_v, H·r] -> [hidden, H·r].
+o_absorbed = mla.o_proj.weight @ torch.block_diag(*w_uv_c)
+# W_UK into q_b_proj: each head's nope rows [d_nope, q_lora] become W_UKᵀ @ rows, [r, q_lora].
+q_rows = mla.q_b_proj.weight.view(heads_c, d_nope_c + d_rope_c, -1)
+q_absorbed = torch.block_diag(*w_uk_c.transpose(1, 2)) @ q_rows[:, :d_nope_c].flatten(0, 1)   # [H·r, q_lora]
+
+with torch.no_grad():
+    student_out, _ = mla.forward_absorbed(x_abs)
+    _, q_rope_c, latent_c, k_rope_c, mask_c = mla.prepare(x_abs, None, None)
+    q_tilde = (mla.q_a_layernorm(mla.q_a_proj(x_abs)) @ q_absorbed.T).unflatten(-1, (heads_c, rank_c)).transpose(1, 2)
+    # Every head reads the same key [c | k_rope] and the same value c: MQA with one KV head.
+    shared_key = torch.cat([latent_c, k_rope_c], dim=-1).unsqueeze(1)                   # [B, 1, k_len, r + d_rope]
+    scores_c = torch.cat([q_tilde, q_rope_c], dim=-1) @ shared_key.transpose(-2, -1)     # [B, H, T, k_len]
+    mixes = masked_softmax(scores_c / math.sqrt(d_nope_c + d_rope_c), mask_c) @ latent_c.unsqueeze(1)  # [B, H, T, r]
+    folded_out = mixes.transpose(1, 2).flatten(-2) @ o_absorbed.T
+assert torch.allclose(folded_out, student_out, atol=1e-5), \
+    f"W_UV 折进 o_proj、W_UK 折进 q_b_proj 之后应和 forward_absorbed 一样，最大差 {(folded_out - student_out).abs().max():.3g}"
+print(f"合并后的 o_proj：{tuple(mla.o_proj.weight.shape)} → {tuple(o_absorbed.shape)}；"
+      f"合并后的 query 投影：{tuple(q_rows[:, :d_nope_c].flatten(0, 1).shape)} → {tuple(q_absorbed.shape)}")
+print(f"✓ 1 个共用的 key、1 个共用的 value，加上两处吸收，和你的 forward_absorbed 最大差 "
+      f"{(folded_out - student_out).abs().max():.2g}")
+
+# %% [markdown]
+# 合并后的矩阵比原来的大 $r / d_v$ 倍（这里 8/6，DeepSeek-V2 是 512/128 = 4 倍），所以真的把它乘出来，还是像
+# `forward_absorbed` 那样在注意力之后按头乘一次 $W_{UV}$，是工程上的取舍；数学上两者完全一样。
+
+# %% [markdown]
 # ## 14. 练习 6：`mla_cache_bytes(batch, seq_len, num_layers, kv_lora_rank, qk_rope_head_dim, bytes_per_elem)`
 #
 # 返回 MLA 缓存的字节数（Python 的 `int`）。想一想缓存里每个位置、每一层到底存了什么——和作业 03 的 `kv_cache_bytes` 比，
@@ -925,7 +1122,7 @@ with torch.no_grad():
         absorbed_ms.append(one_step(timed.forward_absorbed, length))
 torch.set_num_threads(threads)
 for length, slow, fast in zip(lengths, plain_ms, absorbed_ms):
-    print(f"{length:>5} cached positions: forward {slow:7.2f} ms, forward_absorbed {fast:6.2f} ms")
+    print(f"缓存里 {length:>5} 个位置：forward {slow:7.2f} ms，forward_absorbed {fast:6.2f} ms")
 
 fig, ax = plt.subplots(figsize=(8, 4.5))
 ax.plot(lengths, plain_ms, marker="o", label="forward：每步把全部 latent 升维")
@@ -950,12 +1147,12 @@ plt.show()
 #
 # | 名字 | 做什么 | 要守住的细节 |
 # |---|---|---|
-# | `rope_cos_sin` | RoPE 的 cos / sin 表 | `theta ** (-arange(0, r, 2) / r)`；`cat(freqs, freqs)`；位置可以不从 0 开始 |
+# | `rope_cos_sin` | RoPE 的 cos / sin 表 | `theta ** (-arange(0, rotary_dim, 2) / rotary_dim)`（$d_r$ 维）；`cat(freqs, freqs)`；位置可以不从 0 开始 |
 # | `apply_rope` | 按位置旋转 | rotate-half：`x·cos + cat(−x2, x1)·sin`；表先转成 x 的 dtype |
 # | `LatentKVCache` | 只存 latent 和 rope key | 沿 T（`dim=1`）追加；没有按头的东西 |
 # | `MultiHeadLatentAttention` | DeepSeek-V2 的 MLA | 每个头 `[nope \| rope]`；latent 先 norm；rope key 共用；缩放 $(d_{nope} + d_{rope})^{-1/2}$；位置 `len(cache) + i` |
 # | `forward_absorbed` | 在 latent 空间里算 | $W_{UK}$ 折进 query，$W_{UV}$ 放到最后；不展开 K、V |
-# | `mla_cache_bytes` | 缓存的字节数 | $B \times T \times L \times (r + d_{rope}) \times$ 字节数 |
+# | `mla_cache_bytes` | 缓存的字节数 | $B \times L \times N_{\text{layer}} \times (r + d_{rope}) \times$ 字节数（$L$ 个缓存的位置，$N_{\text{layer}}$ 层） |
 #
 # RoPE 把位置写成旋转，于是分数只看相对距离；MLA 只缓存一个潜在向量，再借"吸收"在推理时不展开 K、V——
 # 为了不让 RoPE 挡住吸收，位置信息走一条单独的、所有头共用的小通道。

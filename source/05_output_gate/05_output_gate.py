@@ -28,7 +28,7 @@
 # > **本课程的约定**
 # >
 # > - 注意力里的张量形状是 `[batch, heads, seq, head_dim]`，简写为 `[B, H, T, D]`；
-# >   投影层的输出按 token 排列，是 `[B, T, ...]`。
+# >   投影层的输出按 token 排列，是 `[B, T, ...]`；残差流（隐藏状态）的宽度 `hidden_size` 记作 $d$。
 # > - 掩码是 `torch.bool`，**True 表示"可以看"**。
 # > - 作业 01 写过的 `attention` 在导入单元后面的「已给出」单元里（作业 01 的参考答案），运行一下就能用。
 # > - **评分规则**：评分程序只读取你的 `import`、函数和类的定义，以及全大写的常量（如 `EPS = 1e-6`）；
@@ -62,8 +62,8 @@ plotting.use_chinese_font()
 # %%
 silent_query = torch.zeros(1, 2)  # [Tq=1, D=2]: a head with nothing to look for
 out_silent, weights_silent = attention(silent_query, toy.keys(), toy.values())
-print("weights:", weights_silent)
-print("output :", out_silent)
+print("权重：", weights_silent)
+print("输出：", out_silent)
 
 # %% [markdown]
 # 这份平均值不是"没有"，它会被 `o_proj` 投影后加进残差流，对后面的层来说就是噪声。
@@ -74,7 +74,8 @@ print("output :", out_silent)
 #
 # 训练会自己找出一条退路：找一个每个 query 都能看到的 token——在因果掩码下只有**第一个 token** 满足——
 # 把它的 value 学得几乎是零向量。一个头无事可做时，就把注意力几乎全部倒给它；取回来的东西约等于 0，
-# 等于没有发言。这个被当成"垃圾桶"的 token 叫 **attention sink**（注意力的汇点）。
+# 等于没有发言。这个被当成"垃圾桶"的 token 叫 **attention sink**（注意力的"汇点"；
+# 《动手学深度学习》里的"注意力汇聚"说的是另一回事，attention pooling）。
 #
 # 在三个 token 前面加一个这样的"首 token"，它的 key 是 $(-1,\ -1)$，value 是 $(0,\ 0)$。
 # 想弃权的头只要把 query 对准这个 key：
@@ -88,7 +89,7 @@ abstain_query = torch.tensor([[-3.0, -3.0]])  # points at the sink's key
 out_sink, weights_sink = attention(abstain_query, sink_keys, sink_values)
 for word, weight in zip(sink_words, weights_sink[0]):
     print(f"{word:>4}: {weight:.3f}")
-print("output:", out_sink)
+print("输出：", out_sink)
 
 # %% [markdown]
 # 99% 以上的注意力去了首 token，输出只剩约 $(0.005,\ 0.005)$。这条退路能用，但代价不小：
@@ -126,7 +127,7 @@ plt.show()
 # ## 3. 门的三步
 #
 # 门给了头一条直接的退路：取回来的东西要不要交出去，由当前 token 自己说了算。对一个 token 的输入 $x$
-# （注意力层的输入，`[hidden]`）和一个头的注意力输出 $o$（`[D]`）：
+# （注意力层的输入，$d$ 维）和一个头的注意力输出 $o$（$D$ 维）：
 #
 # 1. **打分**：$z = x\,W_{\text{gate}}$，每个头的每一维各有一个分数；
 # 2. **压到 0～1**：$g = \operatorname{sigmoid}(z) = \dfrac{1}{1 + e^{-z}}$；
@@ -179,7 +180,7 @@ plt.show()
 #
 # 把一整层写出来，门的位置就清楚了。设这一层有 $H$ 个头；$o_h$ 是头 $h$ 的注意力输出（value 的加权平均，`[D]`），
 # $z_h$ 是当前 token 为头 $h$ 算出的 $D$ 个门分数，$W^O_h$ 是把 `o_proj` 的矩阵按行切成 $H$ 块后属于头 $h$ 的那一块
-# （$D \times \text{hidden}$，作业 02 第 6 节的切法）。这个 token 的残差流 $x$ 经过注意力子层后变成
+# （$D \times d$，作业 02 第 6 节的切法）。这个 token 的残差流 $x$ 经过注意力子层后变成
 #
 # $$
 # y = x + \sum_{h=1}^{H} \big(o_h \odot \sigma(z_h)\big)\, W^O_h
@@ -188,12 +189,12 @@ plt.show()
 # （Qwen3.5 先对 $x$ 做 RMSNorm 再算 $o_h$ 和 $z_h$，这里略去。）
 #
 # 一篇讲 MHA/MQA/GQA/MLA 的教程把门写成 $x + \operatorname{Attention}(x) \odot \sigma(g)$，还把它解释成
-# "更灵活的残差连接"。照字面读，$\operatorname{Attention}(x)$ 已经过了 `o_proj`，门就成了一个 hidden 维的向量，
+# "更灵活的残差连接"。照字面读，$\operatorname{Attention}(x)$ 已经过了 `o_proj`，门就成了一个 $d$ 维的向量，
 # 在整个注意力子层的结果加进残差流之前统一打个折。Qwen3.5 做的不是这件事（那篇教程自己的代码和它最后写的
 # $W^O\big(\operatorname{Attention}(Q, K, V) \odot \sigma(g)\big)$ 倒是和 Qwen3.5 一致）：
 #
 # - **被乘的是每个头的注意力输出，在 `o_proj` 之前。** 门的形状是 `[B, T, H·D]`，和各头拼起来的输出一一对应，
-#   每个头、每一维各一个数；不是 `o_proj` 之后那个 `[B, T, hidden]` 的向量。
+#   每个头、每一维各一个数；不是 `o_proj` 之后那个 `[B, T, d]` 的向量。
 # - **残差连接原封不动。** 式子里的 $x$ 总是以系数 1 加过去，门碰不到它。门只管每个头往残差流里**添**多少。
 # - **位置决定了门能做什么。** 过了 `o_proj`，各头的结果已经混进每一维，在那里乘门就没法只让某一个头闭嘴；
 #   乘在 `o_proj` 之前，它可以关掉头 3、同时让头 5 全开。它还正好夹在 $W_V$ 和 $W^O$ 之间，下一节马上会用到这一点。
@@ -216,8 +217,8 @@ plt.show()
 # $$
 #
 # softmax 只决定"从每个 token 取多少"；取回来的内容被怎样变换，对每个 token、每句话都是同一个矩阵 $W_V^h W^O_h$。
-# 它是 $\text{hidden} \times D$ 乘 $D \times \text{hidden}$，两个线性层首尾相接，合起来还是一个线性映射，
-# 而且秩最多是 $D$（Qwen3.5 里是 1024 维里的至多 256 维）：这是一个**低秩的线性**映射。
+# 它是 $d \times D$ 乘 $D \times d$，两个线性层首尾相接，合起来还是一个线性映射，
+# 而且秩最多是 $D$（Qwen3.5 里是 $d = 1024$ 维里的至多 $D = 256$ 维）：这是一个**低秩的线性**映射。
 #
 # 加上门，中间多了一次逐维乘法，而门的分数 $z_i$ 来自当前 token $i$：
 #
@@ -227,13 +228,13 @@ plt.show()
 # $$
 #
 # 中间的矩阵变成了 $W_V^h \operatorname{diag}(\sigma(z_i))\, W^O_h$，每个 token 各有一张。秩没有超过 $D$，
-# 但这段变换不再是固定的线性映射，而是随当前 token 而变：这就是论文说的非线性。用小尺寸看一下（hidden 6，$D = 2$）：
+# 但这段变换不再是固定的线性映射，而是随当前 token 而变：这就是论文说的非线性。用小尺寸看一下（$d = 6$，$D = 2$）：
 
 # %%
 torch.manual_seed(0)
-w_v_head = torch.randn(6, 2)  # one head's value projection:   [hidden, D]
-w_o_head = torch.randn(2, 6)  # that head's block of o_proj:    [D, hidden]
-fixed_map = w_v_head @ w_o_head  # without a gate: the same [hidden, hidden] map for every token
+w_v_head = torch.randn(6, 2)  # one head's value projection:   [d, D]
+w_o_head = torch.randn(2, 6)  # that head's block of o_proj:    [D, d]
+fixed_map = w_v_head @ w_o_head  # without a gate: the same [d, d] map for every token
 print(f"W_V W_O：形状 {tuple(fixed_map.shape)}，秩 {torch.linalg.matrix_rank(fixed_map).item()}")
 
 token_maps = {}
@@ -292,6 +293,28 @@ plt.show()
 # 第一个 token 分到的注意力从 **46.7%** 降到 **4.8%**。第一个 token 的 value 也不必再被训练成近乎零向量，
 # 它可以像别的 token 一样携带自己的意思。论文还报告，加门以后个别维度上那些巨大的激活值（massive activation）少了，
 # 训练更稳（loss 尖峰更少，能用更大的学习率），长上下文的外推也更好。
+#
+# ### 打个比方：一间厨房
+#
+# 那本讲 Qwen3.5 的书用厨房打了个比方，这里换个说法讲一遍。一句话是一桌菜，每个 token 是一道菜；每个头是一位厨师。
+# 做到某一道菜时，每位厨师都从已经上桌的菜里（因果掩码：只有这道和前面的）按自己的配比舀一勺，倒进这道菜。
+# 规矩很死：**每位厨师每道菜都得交满满一勺**——这就是 softmax 一行加起来等于 1。
+#
+# 总有厨师在某道菜上派不上用场。没有门的厨房里，他们想了个办法：桌子最前面摆一缸清水（第一个 token，
+# 每道菜做的时候都够得着），没事可做就舀一勺清水倒进去，菜的味道几乎不变。这缸清水就是 attention sink；
+# 它占着第一个位置，本来也可以是一道有味道的菜。
+#
+# 有了门，每道菜旁边多了一位主厨。他尝一口这道菜，对每位厨师说"你这勺倒多少进去"。用不上的厨师舀了什么都无所谓，
+# 主厨不让倒，那勺就不进锅；没人再需要那缸清水。
+#
+# 比方到这里就不再贴切了，有四处要说清楚：
+#
+# - 主厨给的不是"要 / 不要"两档，而是 0～1 之间的比例，而且**逐维**：一勺里的每一味配料各有各的比例（每个头 $D$ 个门）。
+# - 主厨只尝眼前这道菜：门只由当前 token 自己的 $x$ 算出（$z = x\,W_{\text{gate}}$），不看厨师从哪些菜里舀了料；
+#   他也不是"懂行"才这么说，他的口味是训练一点点推出来的（第 7 节）。
+# - 门关上时，厨师舀料的活（注意力的计算）照样干完了，只是那勺没倒进锅：门省掉的是残差流里的噪声，不是计算量。
+# - 厨房只讲到了因素二和它的后果。因素一——门夹在 $W_V$ 和 $W^O$ 之间，让这段变换随当前 token 而变——
+#   在厨房里找不到对应的东西，还得看上面的式子。
 
 # %% [markdown]
 # ## 5. 门的分数从哪里来：藏在 `q_proj` 里
@@ -394,7 +417,7 @@ print("GPU 0 拿到了头 0–1 的 query 和门：",
       torch.allclose(query_gpu0, query_fused[:, :, :2]) and torch.allclose(gate_gpu0, gate_fused[:, :, :2]))
 
 # %% [markdown]
-# 代价是多少参数？每层的门需要把 hidden 维的 $x$ 映射成 $H \cdot D$ 个分数，从模型的 config 里算一下：
+# 代价是多少参数？每层的门需要把 $d$ 维的 $x$ 映射成 $H \cdot D$ 个分数，从模型的 config 里算一下：
 
 # %%
 config = load_config()
@@ -526,16 +549,16 @@ plt.show()
 #
 # - 两种 token，输入是独热向量：「问号」$x = (1,\ 0)$，「数字」$x = (0,\ 1)$；门只有 1 维，$w = (w_{\text{问号}},\ w_{\text{数字}})$，
 #   门 $g = \operatorname{sigmoid}(x \cdot w)$。
-# - 这一层的输出 $y = r + g\,o$：残差 $r$ 加上门乘头的输出 $o$。目标 $t = 1$，损失 $L = \sum_n \tfrac12 (y_n - t_n)^2$。
+# - 这一层的输出 $y = r + g\,o$：残差 $r$ 加上门乘头的输出 $o$。目标 $t = 1$，损失 $\mathcal{L} = \sum_n \tfrac12 (y_n - t_n)^2$。
 # - 「问号」：残差里还没有答案（$r = 0$），头找到了答案（$o = 1$）——门应该开。
 # - 「数字」：残差里已经对了（$r = 1$），头只会添乱（$o = 0.8$）——门应该关。
 #
 # ### 手推梯度
 #
-# 对第 $n$ 个 token，沿着 $w \to z_n \to g_n \to y_n \to L$ 用链式法则：
+# 对第 $n$ 个 token，沿着 $w \to z_n \to g_n \to y_n \to \mathcal{L}$ 用链式法则：
 #
 # $$
-# \frac{\partial L}{\partial y_n} = y_n - t_n,\qquad
+# \frac{\partial \mathcal{L}}{\partial y_n} = y_n - t_n,\qquad
 # \frac{\partial y_n}{\partial g_n} = o_n,\qquad
 # \frac{\partial g_n}{\partial z_n} = g_n (1 - g_n),\qquad
 # \frac{\partial z_n}{\partial w} = x_n .
@@ -544,14 +567,14 @@ plt.show()
 # $w$ 被所有 token 共用，所以把每个 token 的贡献加起来：
 #
 # $$
-# \nabla_w L = \sum_n \underbrace{(y_n - t_n)}_{\text{差多少}} \cdot \underbrace{o_n}_{\text{头的输出}}
+# \nabla_w \mathcal{L} = \sum_n \underbrace{(y_n - t_n)}_{\text{差多少}} \cdot \underbrace{o_n}_{\text{头的输出}}
 # \cdot \underbrace{g_n (1 - g_n)}_{\text{sigmoid 的斜率}} \cdot\ x_n .
 # $$
 #
 # ### 练习 3：`gate_gradient(x, w, r, o, t)`
 #
 # 输入：`x [N, F]` 每行一个 token 的特征；`w [F]` 门的权重；`r, o, t [N]` 每个 token 的残差、头的输出、目标。
-# 返回 `[F]`：上面的 $\nabla_w L$。请按公式手算，**不要**用 `backward()` 或 `torch.autograd`——那是检查单元用来核对你的。
+# 返回 `[F]`：上面的 $\nabla_w \mathcal{L}$。请按公式手算，**不要**用 `backward()` 或 `torch.autograd`——那是检查单元用来核对你的。
 #
 # 提示：照着链式法则的顺序，先算出门、再算出输出 $y$，都是每个 token 一个数。公式里除了 $x_n$ 以外的因子，
 # 对每个 token 合起来是一个标量；"每个标量乘上自己那一行 $x_n$，再对所有 token 求和"不需要写循环：
@@ -560,7 +583,7 @@ plt.show()
 # %% tags=["solution:gate_gradient"]
 def gate_gradient(x: torch.Tensor, w: torch.Tensor, r: torch.Tensor, o: torch.Tensor,
                   t: torch.Tensor) -> torch.Tensor:
-    """Gradient of L = sum_n (y_n - t_n)^2 / 2 with respect to the gate weights w.
+    """Gradient of the loss sum_n (y_n - t_n)^2 / 2 with respect to the gate weights w.
 
     x: [N, F] one row per token; w: [F]; r, o, t: [N] residual, head output and target per token.
     The gate is g = sigmoid(x @ w) and the layer's output y = r + g * o.
@@ -603,7 +626,7 @@ grade("gate_gradient")
 # %% [markdown]
 # ### 用你的梯度做 200 步梯度下降
 #
-# 初始 $w = (0.01,\ -0.02)$，学习率 1，每一步 $w \leftarrow w - 1 \cdot \nabla_w L$：
+# 初始 $w = (0.01,\ -0.02)$，学习率 1，每一步 $w \leftarrow w - 1 \cdot \nabla_w \mathcal{L}$：
 
 # %%
 sgd_w = torch.tensor([0.01, -0.02])

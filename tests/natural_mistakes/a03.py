@@ -1,4 +1,4 @@
-"""03_gqa_kv_cache: KVCache, repeat_kv, GroupedQueryAttention, kv_cache_bytes."""
+"""03_gqa_kv_cache: KVCache, repeat_kv, GroupedQueryAttention, kv_cache_bytes, attention_flops."""
 from . import a02
 from .entry import Entry, patch
 
@@ -81,10 +81,23 @@ def kv_cache_bytes(batch: int, seq_len: int, num_layers: int, num_kv_heads: int,
     return batch * seq_len * num_layers * per_token_per_layer * bytes_per_elem
 '''
 
-CORRECT = {**a02.CORRECT, "KVCache": KVCACHE, "repeat_kv": REPEAT_KV, "GroupedQueryAttention": GQA,
-           "kv_cache_bytes": KV_BYTES}
+FLOPS = '''
+def attention_flops(batch: int, q_len: int, k_len: int, hidden_size: int, num_heads: int, num_kv_heads: int,
+                    head_dim: int) -> int:
+    """FLOPs of one attention layer on q_len new tokens attending to k_len positions, 2 per multiply-add."""
+    q_macs = q_len * hidden_size * num_heads * head_dim
+    kv_macs = 2 * q_len * hidden_size * num_kv_heads * head_dim
+    o_macs = q_len * num_heads * head_dim * hidden_size
+    scores_macs = num_heads * q_len * k_len * head_dim
+    mix_macs = num_heads * q_len * k_len * head_dim
+    per_sequence = q_macs + kv_macs + o_macs + scores_macs + mix_macs
+    return 2 * batch * per_sequence
+'''
 
-KC, RK, G, KB = "KVCache", "repeat_kv", "GroupedQueryAttention", "kv_cache_bytes"
+CORRECT = {**a02.CORRECT, "KVCache": KVCACHE, "repeat_kv": REPEAT_KV, "GroupedQueryAttention": GQA,
+           "kv_cache_bytes": KV_BYTES, "attention_flops": FLOPS}
+
+KC, RK, G, KB, AF = "KVCache", "repeat_kv", "GroupedQueryAttention", "kv_cache_bytes", "attention_flops"
 
 CAT_HEADS = patch(KVCACHE, ("self.k = torch.cat([self.k, k], dim=2)", "self.k = torch.cat([self.k, k], dim=1)"),
                   ("self.v = torch.cat([self.v, v], dim=2)", "self.v = torch.cat([self.v, v], dim=1)"))
@@ -311,4 +324,150 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
            KB: patch(KV_BYTES, ("return batch * seq_len * num_layers * per_token_per_layer * bytes_per_elem",
                                 "bits = batch * seq_len * num_layers * per_token_per_layer * bytes_per_elem * 8\n    return bits / 8"))},
           (KC, G, KB)),
+    # ---- attention_flops ----
+    Entry("03-flops-counts-macs", "single",
+          "attention_flops counts multiply-adds, not FLOPs: it never multiplies by 2, so every count is half "
+          "the right one",
+          {AF: patch(FLOPS, ("return 2 * batch * per_sequence", "return batch * per_sequence"))},
+          (AF,)),
+    Entry("03-flops-kv-proj-query-heads", "single",
+          "attention_flops counts k_proj and v_proj with num_heads output heads, as in MHA, instead of "
+          "num_kv_heads (so GQA and MHA get the same count)",
+          {AF: patch(FLOPS, ("kv_macs = 2 * q_len * hidden_size * num_kv_heads * head_dim",
+                             "kv_macs = 2 * q_len * hidden_size * num_heads * head_dim"))},
+          (AF,)),
+    Entry("03-flops-scores-kv-heads", "single",
+          "attention_flops counts Q·Kᵀ and weights·V over num_kv_heads heads instead of num_heads query heads, "
+          "as if GQA also saved the score computation",
+          {AF: '''
+def attention_flops(batch: int, q_len: int, k_len: int, hidden_size: int, num_heads: int, num_kv_heads: int,
+                    head_dim: int) -> int:
+    """FLOPs of one attention layer on q_len new tokens attending to k_len positions, 2 per multiply-add."""
+    projections = 2 * batch * q_len * hidden_size * head_dim * (2 * num_heads + 2 * num_kv_heads)
+    # K and V only have num_kv_heads heads, so the score table is computed per KV head
+    attn = 4 * batch * num_kv_heads * q_len * k_len * head_dim
+    return projections + attn
+'''},
+          (AF,)),
+    Entry("03-flops-proj-over-k-len", "single",
+          "attention_flops counts all four projections over k_len tokens instead of the q_len new tokens, "
+          "i.e. it re-projects the cached positions at every step",
+          {AF: '''
+def attention_flops(batch: int, q_len: int, k_len: int, hidden_size: int, num_heads: int, num_kv_heads: int,
+                    head_dim: int) -> int:
+    """FLOPs of one attention layer on q_len new tokens attending to k_len positions, 2 per multiply-add."""
+    q_proj = 2 * batch * k_len * hidden_size * num_heads * head_dim
+    kv_proj = 2 * 2 * batch * k_len * hidden_size * num_kv_heads * head_dim
+    qk = 2 * batch * num_heads * q_len * k_len * head_dim
+    av = 2 * batch * num_heads * q_len * k_len * head_dim
+    o_proj = 2 * batch * k_len * num_heads * head_dim * hidden_size
+    return q_proj + kv_proj + qk + av + o_proj
+'''},
+          (AF,)),
+    Entry("03-flops-scores-q-len-squared", "single",
+          "attention_flops counts the score table as q_len × q_len (the prefill T² habit) instead of "
+          "q_len × k_len, so the cached positions are left out of Q·Kᵀ and weights·V",
+          {AF: patch(FLOPS, ("scores_macs = num_heads * q_len * k_len * head_dim",
+                             "scores_macs = num_heads * q_len * q_len * head_dim"),
+                     ("mix_macs = num_heads * q_len * k_len * head_dim",
+                      "mix_macs = num_heads * q_len * q_len * head_dim"))},
+          (AF,)),
+    Entry("03-flops-no-o-proj", "single",
+          "attention_flops leaves out o_proj: it counts only q_proj, k_proj and v_proj among the projections",
+          {AF: '''
+def attention_flops(batch: int, q_len: int, k_len: int, hidden_size: int, num_heads: int, num_kv_heads: int,
+                    head_dim: int) -> int:
+    """FLOPs of one attention layer on q_len new tokens attending to k_len positions, 2 per multiply-add."""
+    qkv = q_len * hidden_size * (num_heads + 2 * num_kv_heads) * head_dim
+    scores = 2 * num_heads * q_len * k_len * head_dim
+    return 2 * batch * (qkv + scores)
+'''},
+          (AF,)),
+    Entry("03-flops-no-batch", "single",
+          "attention_flops never multiplies by batch: it returns the FLOPs of a single sequence",
+          {AF: patch(FLOPS, ("return 2 * batch * per_sequence", "return 2 * per_sequence"))},
+          (AF,)),
+    Entry("03-flops-one-kv-projection", "single",
+          "attention_flops counts one projection of width num_kv_heads * head_dim for K and V together, "
+          "forgetting that k_proj and v_proj are two matrices (the K/V factor 2 is missing)",
+          {AF: patch(FLOPS, ("kv_macs = 2 * q_len * hidden_size * num_kv_heads * head_dim",
+                             "kv_macs = q_len * hidden_size * num_kv_heads * head_dim"))},
+          (AF,)),
+    Entry("03-flops-counts-softmax", "single",
+          "attention_flops adds 4·B·H·q_len·k_len FLOPs for the scaling by 1/√D and the softmax (exp, sum, "
+          "divide), which the exercise says not to count",
+          {AF: '''
+def attention_flops(batch: int, q_len: int, k_len: int, hidden_size: int, num_heads: int, num_kv_heads: int,
+                    head_dim: int) -> int:
+    """FLOPs of one attention layer on q_len new tokens attending to k_len positions, 2 per multiply-add."""
+    proj = 2 * batch * q_len * hidden_size * head_dim * (2 * num_heads + 2 * num_kv_heads)
+    matmuls = 4 * batch * num_heads * q_len * k_len * head_dim
+    n_scores = batch * num_heads * q_len * k_len
+    softmax = 4 * n_scores  # scale, exp, sum, divide for every score
+    return proj + matmuls + softmax
+'''},
+          (AF,)),
+    Entry("03-flops-causal-visible-only", "single",
+          "attention_flops counts only the scores the causal mask lets through (query i sees "
+          "k_len - q_len + i + 1 keys) instead of the full q_len × k_len table; it agrees when q_len == 1 "
+          "(decode) but is too small for prefill and multi-token chunks",
+          {AF: '''
+def attention_flops(batch: int, q_len: int, k_len: int, hidden_size: int, num_heads: int, num_kv_heads: int,
+                    head_dim: int) -> int:
+    """FLOPs of one attention layer on q_len new tokens attending to k_len positions, 2 per multiply-add."""
+    proj = q_len * hidden_size * head_dim * (2 * num_heads + 2 * num_kv_heads)
+    # new query i sits at position k_len - q_len + i and sees keys 0 .. k_len - q_len + i
+    visible = q_len * (k_len - q_len) + q_len * (q_len + 1) // 2
+    attn = 2 * num_heads * visible * head_dim
+    return 2 * batch * (proj + attn)
+'''},
+          (AF,)),
+    Entry("03-flops-float-kv-ratio", "single",
+          "attention_flops writes the projection term as 4·B·q_len·d·D·H·(1 + num_kv_heads / num_heads), whose "
+          "true division makes the result a float instead of an int (and inexact for large counts)",
+          {AF: '''
+def attention_flops(batch: int, q_len: int, k_len: int, hidden_size: int, num_heads: int, num_kv_heads: int,
+                    head_dim: int) -> int:
+    """FLOPs of one attention layer on q_len new tokens attending to k_len positions, 2 per multiply-add."""
+    proj = 4 * batch * q_len * hidden_size * head_dim * num_heads * (1 + num_kv_heads / num_heads)
+    attn = 4 * batch * num_heads * q_len * k_len * head_dim
+    return proj + attn
+'''},
+          (AF,)),
+    Entry("03-flops-asserts-mha-width", "raises",
+          "attention_flops asserts hidden_size == num_heads * head_dim, which is false for valid layers such as "
+          "Qwen3.5's (hidden 1024, 8 heads × 256), so it raises AssertionError there",
+          {AF: patch(FLOPS, ("    q_macs = q_len * hidden_size * num_heads * head_dim\n",
+                             "    assert hidden_size == num_heads * head_dim, \"hidden_size must be num_heads * head_dim\"\n"
+                             "    q_macs = q_len * hidden_size * num_heads * head_dim\n"))},
+          (AF,)),
+    Entry("03-flops-q-o-proj-square", "single",
+          "attention_flops counts q_proj and o_proj as hidden_size × hidden_size matrices instead of "
+          "hidden_size × num_heads·head_dim; it agrees only when hidden_size == num_heads * head_dim",
+          {AF: patch(FLOPS, ("q_macs = q_len * hidden_size * num_heads * head_dim",
+                             "q_macs = q_len * hidden_size * hidden_size"),
+                     ("o_macs = q_len * num_heads * head_dim * hidden_size",
+                      "o_macs = q_len * hidden_size * hidden_size"))},
+          (AF,)),
+    Entry("03-flops-double-q-k-len-swapped", "double",
+          "two mistakes in attention_flops: the projections are counted over k_len tokens instead of q_len, "
+          "and the score table is q_len × q_len instead of q_len × k_len (q_len and k_len swapped in both places)",
+          {AF: patch(FLOPS, ("q_macs = q_len * hidden_size * num_heads * head_dim",
+                             "q_macs = k_len * hidden_size * num_heads * head_dim"),
+                     ("kv_macs = 2 * q_len * hidden_size * num_kv_heads * head_dim",
+                      "kv_macs = 2 * k_len * hidden_size * num_kv_heads * head_dim"),
+                     ("o_macs = q_len * num_heads * head_dim * hidden_size",
+                      "o_macs = k_len * num_heads * head_dim * hidden_size"),
+                     ("scores_macs = num_heads * q_len * k_len * head_dim",
+                      "scores_macs = num_heads * q_len * q_len * head_dim"),
+                     ("mix_macs = num_heads * q_len * k_len * head_dim",
+                      "mix_macs = num_heads * q_len * q_len * head_dim"))},
+          (AF,)),
+    Entry("03-double-bytes-and-flops-one-of-k-v", "double",
+          "two mistakes, both forgetting that K and V are two tensors: kv_cache_bytes has no factor 2 (stores "
+          "only keys), and attention_flops counts a single KV projection instead of k_proj and v_proj",
+          {KB: patch(KV_BYTES, ("per_token_per_layer = 2 * num_kv_heads * head_dim", "per_token_per_layer = num_kv_heads * head_dim")),
+           AF: patch(FLOPS, ("kv_macs = 2 * q_len * hidden_size * num_kv_heads * head_dim",
+                             "kv_macs = q_len * hidden_size * num_kv_heads * head_dim"))},
+          (KB, AF)),
 ]

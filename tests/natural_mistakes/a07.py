@@ -1,4 +1,4 @@
-"""07_real_model: LlamaAttention, greedy_generate."""
+"""07_real_model: LlamaAttention, greedy_generate, sampling_probs, sample_generate."""
 from . import a01, a02, a03, a04
 from .entry import Entry, patch
 
@@ -65,12 +65,54 @@ def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
     return torch.cat(new_tokens, dim=1)
 '''
 
+SAMPLING_PROBS = '''
+def sampling_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                   top_p: float | None = None) -> torch.Tensor:
+    """logits [B, V] -> probs [B, V] (same dtype): temperature, then top-k, then top-p, renormalising after each."""
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    vocab = probs.shape[-1]
+    if top_k is not None and top_k < vocab:
+        top = probs.topk(top_k, dim=-1).indices
+        keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, top, True)
+        probs = probs.masked_fill(~keep, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    if top_p is not None:
+        ranked, order = probs.sort(dim=-1, descending=True)
+        before = ranked.double().cumsum(dim=-1) - ranked.double()   # mass of the more likely tokens
+        keep_ranked = before < top_p
+        keep = torch.zeros_like(keep_ranked).scatter(-1, order, keep_ranked)
+        probs = probs.masked_fill(~keep, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs.to(logits.dtype)
+'''
+
+SAMPLE = '''
+def sample_generate(model, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator,
+                    attention_mask: torch.Tensor | None = None, **sampling) -> torch.Tensor:
+    """Sampled decoding through one KVCache per layer, one multinomial draw per step; returns [B, max_new_tokens]."""
+    caches = [KVCache() for _ in range(len(model.layers))]
+    batch = input_ids.shape[0]
+    out = torch.zeros(batch, max_new_tokens, dtype=torch.long)
+    feed, mask = input_ids, attention_mask
+    with torch.no_grad():
+        for step in range(max_new_tokens):
+            logits = model(feed, attention_mask=mask, caches=caches)
+            probs = sampling_probs(logits[:, -1], **sampling)
+            token = torch.multinomial(probs, 1, generator=generator)   # [B, 1]
+            out[:, step] = token[:, 0]
+            feed = token
+            if mask is not None:
+                mask = torch.cat([mask, mask.new_ones(batch, 1)], dim=-1)
+    return out
+'''
+
 CORRECT = {**a01.CORRECT, "split_heads": a02.SPLIT_HEADS, "merge_heads": a02.MERGE_HEADS,
            "KVCache": a03.KVCACHE, "repeat_kv": a03.REPEAT_KV, "rope_cos_sin": a04.ROPE_COS_SIN,
            "rotate_half": a04.ROTATE_HALF, "apply_rope": a04.APPLY_ROPE,
-           "LlamaAttention": LLAMA, "greedy_generate": GREEDY}
+           "LlamaAttention": LLAMA, "greedy_generate": GREEDY,
+           "sampling_probs": SAMPLING_PROBS, "sample_generate": SAMPLE}
 
-L, GG = "LlamaAttention", "greedy_generate"
+L, GG, SP, SG = "LlamaAttention", "greedy_generate", "sampling_probs", "sample_generate"
 
 POSITIONS_FROM_ZERO = patch(LLAMA, ("positions = torch.arange(start, start + seq)", "positions = torch.arange(seq)"))
 MASK_NOT_EXTENDED = patch(GREEDY, ("            if mask is not None:\n"
@@ -79,6 +121,36 @@ OWN_SCORES = ("        out, _ = attention(q, repeat_kv(k, n_rep), repeat_kv(v, n
               "        scores = q @ repeat_kv(k, n_rep).transpose(-2, -1)\n"
               "        weights = masked_softmax(scores, mask)\n"
               "        out = weights @ repeat_kv(v, n_rep)\n")
+TOP_K_BLOCK = ("        top = probs.topk(top_k, dim=-1).indices\n"
+               "        keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, top, True)\n"
+               "        probs = probs.masked_fill(~keep, 0.0)\n")
+TEMPERATURE_ON_PROBS = patch(SAMPLING_PROBS, (
+    "    probs = torch.softmax(logits.float() / temperature, dim=-1)\n",
+    "    probs = torch.softmax(logits.float(), dim=-1)\n"
+    "    probs = probs / temperature\n"
+    "    probs = probs / probs.sum(dim=-1, keepdim=True)\n"))
+TOPP_NO_UNSORT = patch(SAMPLING_PROBS, (
+    "        keep = torch.zeros_like(keep_ranked).scatter(-1, order, keep_ranked)\n"
+    "        probs = probs.masked_fill(~keep, 0.0)\n",
+    "        probs = probs.masked_fill(~keep_ranked, 0.0)\n"))
+SG_GLOBAL_RNG = patch(SAMPLE, ("token = torch.multinomial(probs, 1, generator=generator)", "token = torch.multinomial(probs, 1)"))
+SG_NO_CACHE = '''
+def sample_generate(model, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator,
+                    attention_mask: torch.Tensor | None = None, **sampling) -> torch.Tensor:
+    """Sampled decoding, one multinomial draw per step; returns [B, max_new_tokens]."""
+    ids, mask = input_ids, attention_mask
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = model(ids, attention_mask=mask)
+            probs = sampling_probs(logits[:, -1], **sampling)
+            token = torch.multinomial(probs, 1, generator=generator)
+            ids = torch.cat([ids, token], dim=1)
+            if mask is not None:
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+    return ids[:, input_ids.shape[1]:]
+'''
+SG_MASK_NOT_EXTENDED = patch(SAMPLE, ("            if mask is not None:\n"
+                                      "                mask = torch.cat([mask, mask.new_ones(batch, 1)], dim=-1)\n", ""))
 
 ENTRIES = [
     # ---- LlamaAttention ----
@@ -148,15 +220,16 @@ ENTRIES = [
     # ---- helpers from the provided cell, replaced by a student's own buggy versions ----
     Entry("07-helper-cache-cat-heads", "cascade",
           "the notebook's KVCache was replaced by one that concatenates along dim=1 (heads) instead of dim=2 "
-          "(positions); LlamaAttention and greedy_generate are correct but decode with a broken cache",
+          "(positions); LlamaAttention, greedy_generate and sample_generate are correct but decode with a broken "
+          "cache",
           {"KVCache": a03.CAT_HEADS},
-          (L, GG)),
+          (L, GG, SG)),
     Entry("07-helper-cache-len-counts-updates", "cascade",
           "the KVCache helper's __len__ counts update calls instead of cached positions, so LlamaAttention "
-          "(correct) starts RoPE at the wrong position after the prompt is prefilled, and greedy_generate "
-          "(correct) generates from wrongly rotated keys",
+          "(correct) starts RoPE at the wrong position after the prompt is prefilled, and greedy_generate and "
+          "sample_generate (correct) generate from wrongly rotated keys",
           {"KVCache": a03.ENTRIES[[e.id for e in a03.ENTRIES].index("03-cache-len-counts-updates")].code["KVCache"]},
-          (L, GG)),
+          (L, GG, SG)),
     Entry("07-helper-rotate-half-sign", "cascade",
           "the rotate_half helper behind apply_rope returns cat(x2, -x1) instead of cat(-x2, x1), so "
           "LlamaAttention (correct) rotates queries and keys the wrong way",
@@ -225,6 +298,247 @@ def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
                               "next_token = logits[:, -1, :].argmax(dim=-1)"),
                      ("    return torch.cat(new_tokens, dim=1)\n", "    return torch.stack(new_tokens, dim=1)\n"))},
           (GG,)),
+    # ---- sampling_probs ----
+    Entry("07-sp-temperature-on-probs", "cascade",
+          "sampling_probs divides the softmax probabilities by the temperature instead of the logits and then "
+          "renormalises, so the temperature cancels out and has no effect",
+          {SP: TEMPERATURE_ON_PROBS},
+          (SP, SG)),
+    Entry("07-sp-temperature-multiplies", "cascade",
+          "sampling_probs multiplies the logits by the temperature instead of dividing by it, so temperature "
+          "0.5 flattens the distribution and 2 sharpens it",
+          {SP: patch(SAMPLING_PROBS, ("torch.softmax(logits.float() / temperature, dim=-1)",
+                                      "torch.softmax(logits.float() * temperature, dim=-1)"))},
+          (SP, SG)),
+    Entry("07-sp-temperature-last", "cascade",
+          "sampling_probs applies top-k and top-p to the temperature-1 distribution and divides by the "
+          "temperature only at the end, so the filters choose their tokens from the wrong distribution",
+          {SP: '''
+def sampling_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                   top_p: float | None = None) -> torch.Tensor:
+    """logits [B, V] -> probs [B, V]: filter the logits with top-k and top-p, then temperature and softmax."""
+    z = logits.float()
+    if top_k is not None and top_k < z.shape[-1]:
+        kth = z.topk(top_k, dim=-1).values[..., -1:]
+        z = z.masked_fill(z < kth, float("-inf"))
+    if top_p is not None:
+        ranked, order = torch.softmax(z, dim=-1).sort(dim=-1, descending=True)
+        keep_ranked = ranked.cumsum(dim=-1) - ranked < top_p
+        keep = torch.zeros_like(keep_ranked).scatter(-1, order, keep_ranked)
+        z = z.masked_fill(~keep, float("-inf"))
+    return torch.softmax(z / temperature, dim=-1).to(logits.dtype)
+'''},
+          (SP, SG)),
+    Entry("07-sp-topk-keeps-k-minus-1", "cascade",
+          "sampling_probs removes every token whose probability is <= the k-th largest instead of < it, so "
+          "top-k keeps only k - 1 tokens (top_k=1 keeps none: rows of 0/0 = NaN)",
+          {SP: patch(SAMPLING_PROBS, (TOP_K_BLOCK,
+                                      "        kth = probs.topk(top_k, dim=-1).values[..., -1:]\n"
+                                      "        probs = probs.masked_fill(probs <= kth, 0.0)\n"))},
+          (SP, SG)),
+    Entry("07-sp-topk-kth-no-keepdim", "raises",
+          "sampling_probs takes the k-th largest probability as topk(...).values[:, -1], shape [B] instead of "
+          "[B, 1], so comparing it with probs [B, V] broadcasts along the vocabulary: it raises for a batch of "
+          "several rows (and is right only for B = 1)",
+          {SP: patch(SAMPLING_PROBS, (TOP_K_BLOCK,
+                                      "        kth = probs.topk(top_k, dim=-1).values[:, -1]\n"
+                                      "        probs = probs.masked_fill(probs < kth, 0.0)\n"))},
+          (SP, SG)),
+    Entry("07-sp-topk-larger-than-vocab", "raises",
+          "sampling_probs calls probs.topk(top_k) without checking top_k against the vocabulary size, so "
+          "top_k > V raises instead of removing nothing",
+          {SP: patch(SAMPLING_PROBS, ("    if top_k is not None and top_k < vocab:\n", "    if top_k is not None:\n"))},
+          (SP,)),
+    Entry("07-sp-topk-masks-logits-with-zero", "cascade",
+          "sampling_probs removes the tokens outside the top k by setting their logits to 0 instead of -inf "
+          "before the softmax, so they keep a probability of exp(0) / sum instead of exactly 0",
+          {SP: '''
+def sampling_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                   top_p: float | None = None) -> torch.Tensor:
+    """logits [B, V] -> probs [B, V]: temperature, top-k on the logits, softmax, then top-p."""
+    scaled = logits.float() / temperature
+    if top_k is not None and top_k < scaled.shape[-1]:
+        kth = scaled.topk(top_k, dim=-1).values[..., -1:]
+        scaled = torch.where(scaled < kth, torch.zeros_like(scaled), scaled)
+    probs = torch.softmax(scaled, dim=-1)
+    if top_p is not None:
+        ranked, order = probs.sort(dim=-1, descending=True)
+        keep_ranked = ranked.cumsum(dim=-1) - ranked < top_p
+        keep = torch.zeros_like(keep_ranked).scatter(-1, order, keep_ranked)
+        probs = probs.masked_fill(~keep, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs.to(logits.dtype)
+'''},
+          (SP, SG)),
+    Entry("07-sp-topp-drops-crossing-token", "cascade",
+          "sampling_probs keeps only the tokens whose inclusive cumulative probability is <= top_p (plus the "
+          "most likely one), so the token that makes the sum cross top_p is removed instead of kept",
+          {SP: patch(SAMPLING_PROBS, (
+              "        before = ranked.double().cumsum(dim=-1) - ranked.double()   # mass of the more likely tokens\n"
+              "        keep_ranked = before < top_p\n",
+              "        remove = ranked.cumsum(dim=-1) > top_p\n"
+              "        remove[..., 0] = False\n"
+              "        keep_ranked = ~remove\n"))},
+          (SP, SG)),
+    Entry("07-sp-topp-no-sort", "cascade",
+          "sampling_probs accumulates the probabilities for top-p in vocabulary order without sorting them "
+          "from most to least likely, so it keeps the first tokens of the vocabulary instead of the most likely",
+          {SP: patch(SAMPLING_PROBS, (
+              "        ranked, order = probs.sort(dim=-1, descending=True)\n"
+              "        before = ranked.double().cumsum(dim=-1) - ranked.double()   # mass of the more likely tokens\n"
+              "        keep_ranked = before < top_p\n"
+              "        keep = torch.zeros_like(keep_ranked).scatter(-1, order, keep_ranked)\n",
+              "        before = probs.cumsum(dim=-1) - probs\n"
+              "        keep = before < top_p\n"))},
+          (SP, SG)),
+    Entry("07-sp-topp-no-unsort", "cascade",
+          "sampling_probs decides which tokens top-p keeps in sorted order but applies that mask to the "
+          "unsorted probabilities without scattering it back, so it keeps the tokens at vocabulary positions "
+          "0, 1, ... instead of the most likely ones",
+          {SP: TOPP_NO_UNSORT},
+          (SP, SG)),
+    Entry("07-sp-no-renormalise-after-topk", "cascade",
+          "sampling_probs does not renormalise after top-k (only once at the end), so top-p accumulates a "
+          "distribution that sums to less than 1 and keeps too many tokens when both filters are used",
+          {SP: patch(SAMPLING_PROBS, ("        probs = probs.masked_fill(~keep, 0.0)\n"
+                                      "        probs = probs / probs.sum(dim=-1, keepdim=True)\n"
+                                      "    if top_p is not None:\n",
+                                      "        probs = probs.masked_fill(~keep, 0.0)\n"
+                                      "    if top_p is not None:\n"),
+                     ("    return probs.to(logits.dtype)\n",
+                      "    probs = probs / probs.sum(dim=-1, keepdim=True)\n    return probs.to(logits.dtype)\n"))},
+          (SP, SG)),
+    Entry("07-sp-topp-not-renormalised", "single",
+          "sampling_probs zeroes the tokens removed by top-p but does not renormalise afterwards, so the rows "
+          "sum to less than 1 (torch.multinomial rescales by itself, so the sampled tokens are unaffected)",
+          {SP: patch(SAMPLING_PROBS, ("        probs = probs.masked_fill(~keep, 0.0)\n"
+                                      "        probs = probs / probs.sum(dim=-1, keepdim=True)\n"
+                                      "    return probs.to(logits.dtype)\n",
+                                      "        probs = probs.masked_fill(~keep, 0.0)\n"
+                                      "    return probs.to(logits.dtype)\n"))},
+          (SP,)),
+    Entry("07-sp-exp-overflow", "single",
+          "sampling_probs computes the softmax by hand as exp(z / T) / sum without subtracting the row "
+          "maximum, so logits around 1e4 overflow to inf and give NaN",
+          {SP: patch(SAMPLING_PROBS, ("    probs = torch.softmax(logits.float() / temperature, dim=-1)\n",
+                                      "    weights = torch.exp(logits.float() / temperature)\n"
+                                      "    probs = weights / weights.sum(dim=-1, keepdim=True)\n"))},
+          (SP,)),
+    Entry("07-sp-returns-float32", "single",
+          "sampling_probs computes in float32 and never casts back, so bfloat16 logits give float32 "
+          "probabilities instead of the input dtype",
+          {SP: patch(SAMPLING_PROBS, ("    return probs.to(logits.dtype)\n", "    return probs\n"))},
+          (SP,)),
+    Entry("07-sp-temperature-in-place", "single",
+          "sampling_probs divides the caller's logits by the temperature in place (logits /= temperature), "
+          "so the tensor passed in is changed",
+          {SP: patch(SAMPLING_PROBS, ("    probs = torch.softmax(logits.float() / temperature, dim=-1)\n",
+                                      "    logits /= temperature\n"
+                                      "    probs = torch.softmax(logits.float(), dim=-1)\n"))},
+          (SP,)),
+    # ---- sample_generate ----
+    Entry("07-sg-global-rng", "single",
+          "sample_generate calls torch.multinomial(probs, 1) without generator=generator, so it draws from "
+          "torch's global random generator and the given seed has no effect",
+          {SG: SG_GLOBAL_RNG},
+          (SG,)),
+    Entry("07-sg-global-seed-zero", "single",
+          "sample_generate ignores the generator and instead calls torch.manual_seed(0) and draws from the "
+          "global generator, so every call gives the tokens of seed 0 whatever generator is passed",
+          {SG: patch(SAMPLE, ("    caches = [KVCache() for _ in range(len(model.layers))]\n",
+                              "    torch.manual_seed(0)\n    caches = [KVCache() for _ in range(len(model.layers))]\n"),
+                     ("token = torch.multinomial(probs, 1, generator=generator)", "token = torch.multinomial(probs, 1)"))},
+          (SG,)),
+    Entry("07-sg-reseeds-generator", "single",
+          "sample_generate resets the generator with generator.manual_seed(generator.initial_seed()) before "
+          "sampling, so a generator that was already used starts again from its seed",
+          {SG: patch(SAMPLE, ("    caches = [KVCache() for _ in range(len(model.layers))]\n",
+                              "    generator.manual_seed(generator.initial_seed())\n"
+                              "    caches = [KVCache() for _ in range(len(model.layers))]\n"))},
+          (SG,)),
+    Entry("07-sg-own-inverse-cdf", "single",
+          "sample_generate draws with its own inverse-CDF sampler (torch.rand(B, 1, generator=generator) against "
+          "the cumulative probabilities) instead of torch.multinomial(probs, 1, generator=generator), so the same "
+          "seed gives different tokens",
+          {SG: patch(SAMPLE, ("            token = torch.multinomial(probs, 1, generator=generator)   # [B, 1]\n",
+                              "            u = torch.rand(batch, 1, generator=generator)\n"
+                              "            token = (probs.cumsum(dim=-1) < u).sum(dim=-1, keepdim=True)\n"
+                              "            token = token.clamp(max=probs.shape[-1] - 1)\n"))},
+          (SG,)),
+    Entry("07-sg-extra-draw-at-end", "single",
+          "sample_generate prefills and draws the first token before its loop and then runs max_new_tokens more "
+          "steps, dropping the last token: the returned tokens are right but it feeds one token too many and "
+          "draws one extra number from the generator",
+          {SG: '''
+def sample_generate(model, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator,
+                    attention_mask: torch.Tensor | None = None, **sampling) -> torch.Tensor:
+    """Sampled decoding through one KVCache per layer; returns [B, max_new_tokens]."""
+    caches = [KVCache() for _ in model.layers]
+    mask = attention_mask
+    with torch.no_grad():
+        logits = model(input_ids, attention_mask=mask, caches=caches)
+        token = torch.multinomial(sampling_probs(logits[:, -1], **sampling), 1, generator=generator)
+        tokens = [token]
+        for _ in range(max_new_tokens):
+            if mask is not None:
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            logits = model(token, attention_mask=mask, caches=caches)
+            token = torch.multinomial(sampling_probs(logits[:, -1], **sampling), 1, generator=generator)
+            tokens.append(token)
+    return torch.cat(tokens, dim=1)[:, :max_new_tokens]
+'''},
+          (SG,)),
+    Entry("07-sg-argmax", "single",
+          "sample_generate takes probs.argmax instead of drawing with torch.multinomial, so it is greedy "
+          "decoding on the filtered distribution and never uses the generator",
+          {SG: patch(SAMPLE, ("token = torch.multinomial(probs, 1, generator=generator)", "token = probs.argmax(dim=-1, keepdim=True)"))},
+          (SG,)),
+    Entry("07-sg-no-cache", "single",
+          "sample_generate never uses a KV cache: it feeds the whole sequence so far at every step "
+          "(model(ids) without caches), so the model reads far more positions than prompt + new tokens",
+          {SG: SG_NO_CACHE},
+          (SG,)),
+    Entry("07-sg-first-position-logits", "single",
+          "sample_generate samples from the logits of the first position of each call (logits[:, 0]) instead "
+          "of the last, so after the prompt it samples from the wrong position",
+          {SG: patch(SAMPLE, ("probs = sampling_probs(logits[:, -1], **sampling)", "probs = sampling_probs(logits[:, 0], **sampling)"))},
+          (SG,)),
+    Entry("07-sg-mask-not-extended", "raises",
+          "sample_generate passes the prompt's attention_mask unchanged at every step instead of appending a "
+          "column of ones per new token, so it no longer covers the cached and new positions",
+          {SG: SG_MASK_NOT_EXTENDED},
+          (SG,)),
+    Entry("07-sg-drops-sampling-options", "single",
+          "sample_generate calls sampling_probs(logits[:, -1]) without passing **sampling on, so temperature, "
+          "top_k and top_p are ignored and it always samples from the plain softmax",
+          {SG: patch(SAMPLE, ("probs = sampling_probs(logits[:, -1], **sampling)", "probs = sampling_probs(logits[:, -1])"))},
+          (SG,)),
+    Entry("07-sg-softmax-twice", "single",
+          "sample_generate applies softmax to the logits itself and passes those probabilities to "
+          "sampling_probs, which treats them as logits and softmaxes again, flattening the distribution",
+          {SG: patch(SAMPLE, ("probs = sampling_probs(logits[:, -1], **sampling)",
+                              "probs = sampling_probs(torch.softmax(logits[:, -1], dim=-1), **sampling)"))},
+          (SG,)),
+    Entry("07-sg-returns-3d", "single",
+          "sample_generate stacks its [B, 1] draws with torch.stack(..., dim=1), returning [B, max_new_tokens, 1] "
+          "instead of [B, max_new_tokens]",
+          {SG: '''
+def sample_generate(model, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator,
+                    attention_mask: torch.Tensor | None = None, **sampling) -> torch.Tensor:
+    """Sampled decoding through one KVCache per layer; returns the new tokens."""
+    caches = [KVCache() for _ in model.layers]
+    drawn = []
+    feed, mask = input_ids, attention_mask
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = model(feed, attention_mask=mask, caches=caches)
+            feed = torch.multinomial(sampling_probs(logits[:, -1], **sampling), 1, generator=generator)
+            drawn.append(feed)
+            if mask is not None:
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+    return torch.stack(drawn, dim=1)
+'''},
+          (SG,)),
     # ---- two mistakes ----
     Entry("07-double-positions-and-mask", "double",
           "two mistakes: LlamaAttention's RoPE positions restart at 0 on every call, and greedy_generate does "
@@ -243,4 +557,14 @@ def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
           {L: patch(LLAMA, ("        if attention_mask is not None:\n            mask = mask & padding_mask(attention_mask)\n", "")),
            GG: patch(GREEDY, ("for _ in range(max_new_tokens):", "for _ in range(max_new_tokens + 1):"))},
           (L, GG)),
+    Entry("07-double-temperature-on-probs-and-global-rng", "double",
+          "two mistakes: sampling_probs divides the probabilities instead of the logits by the temperature "
+          "(so it cancels), and sample_generate draws without generator=generator",
+          {SP: TEMPERATURE_ON_PROBS, SG: SG_GLOBAL_RNG},
+          (SP, SG)),
+    Entry("07-double-topp-no-unsort-and-no-cache", "double",
+          "two mistakes: sampling_probs applies the sorted top-p mask to the unsorted probabilities, and "
+          "sample_generate recomputes the whole sequence without a KV cache at every step",
+          {SP: TOPP_NO_UNSORT, SG: SG_NO_CACHE},
+          (SP, SG)),
 ]

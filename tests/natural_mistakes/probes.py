@@ -60,6 +60,11 @@ def _p01():
         f = ns["causal_mask"]
         return [f(3), f(1, 5), f(2, 5), f(4), f(3, 7), f(1)]
 
+    def window(ns):
+        f = ns["causal_mask"]
+        return [f(5, window=2), f(1, 6, window=3), f(4, window=4), f(3, 8, window=2), f(6, window=1),
+                f(2, 2, window=5), f(4, 9, window=3), f(1, window=1), f(7, window=3), f(1, 10, window=4)]
+
     def padding(ns):
         f = ns["padding_mask"]
         am = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
@@ -93,8 +98,67 @@ def _p01():
                   randn(1, 2, 4, 4, seed=2, dtype=BF16), torch.tril(torch.ones(4, 4, dtype=torch.bool))),
                 f(randn(3, 8), randn(5, 8, seed=1), randn(5, 2, seed=2), torch.tril(torch.ones(3, 5, dtype=torch.bool), 2))]
 
-    PROBES["01_attention_basics"] = {"attention_scores": [scores], "causal_mask": [causal],
-                                     "padding_mask": [padding], "masked_softmax": [softmax], "attention": [attn]}
+    def tril(q_len, k_len):
+        return torch.tril(torch.ones(q_len, k_len, dtype=torch.bool), k_len - q_len)
+
+    def online(ns):
+        f = ns["online_softmax_attention"]
+        toy = (TOY_Q.clone(), TOY_K.clone(), TOY_V.clone())
+        out = [f(*toy, tril(3, 3), block_size=size) for size in (1, 2, 3, 16)]
+        out.append(f(*toy))  # no mask, default block_size
+        growing = randn(2, 2, 37, 8, seed=3) * torch.linspace(0.5, 4.0, 37)[:, None]  # later blocks score higher
+        q, v = randn(2, 2, 5, 8, seed=4), randn(2, 2, 37, 6, seed=5)
+        out += [f(q, growing, v, tril(5, 37), block_size=8), f(q, growing, v, block_size=5),
+                f(q * 1e3, growing, v, tril(5, 37), block_size=8),  # scores of thousands, row maxima far apart
+                f(q, growing, v, torch.tensor([True, False, True, True, False])[:, None], block_size=8),
+                f(q, growing, v, tril(5, 37), block_size=64)]  # one block longer than Tk
+        # left padding longer than a block: fully masked rows, and rows whose first blocks are all masked
+        pad = torch.tensor([[0] * 5 + [1] * 7, [1] * 12]).bool()[:, None, None, :]
+        out.append(f(randn(2, 2, 12, 4, seed=6), randn(2, 2, 12, 4, seed=7), randn(2, 2, 12, 3, seed=8),
+                     pad & tril(12, 12), block_size=3))
+        # every visible score far below zero
+        k_pos = randn(1, 10, 4, seed=9).abs() + 1.0
+        q_neg = -100.0 * (randn(1, 3, 4, seed=10).abs() + 1.0)
+        out.append(f(q_neg, k_pos, randn(1, 10, 2, seed=11), block_size=4))
+        out.append(f(randn(3, 4, dtype=BF16), randn(9, 4, seed=1, dtype=BF16), randn(9, 5, seed=2, dtype=BF16),
+                     tril(3, 9), block_size=4))
+        out.append(f(randn(2, 6, 16, dtype=torch.float64), randn(2, 11, 16, seed=1, dtype=torch.float64),
+                     randn(2, 11, 16, seed=2, dtype=torch.float64), block_size=4))
+        out.append(f(randn(2, 4, 8), randn(2, 1, 8, seed=1), randn(2, 1, 3, seed=2), block_size=4))  # Tk = 1
+        return out
+
+    from torch.overrides import TorchFunctionMode
+
+    class WidestScores(TorchFunctionMode):
+        """Records the widest floating-point result with `rows` rows in its second-to-last dim."""
+        def __init__(self, rows):
+            super().__init__()
+            self.rows, self.widest = rows, 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            for t in result if isinstance(result, (tuple, list)) else (result,):
+                if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 2 and t.shape[-2] == self.rows:
+                    self.widest = max(self.widest, t.shape[-1])
+            return result
+
+    def blocks(ns):
+        f = ns["online_softmax_attention"]
+        q, k, v = randn(2, 6, 4, seed=12), randn(2, 23, 4, seed=13), randn(2, 23, 3, seed=14)
+        with WidestScores(6) as watch:
+            got = f(q, k, v, tril(6, 23), block_size=5)
+        return [got, watch.widest > 5]
+
+    def untouched(ns):
+        f = ns["online_softmax_attention"]
+        inputs = [randn(1, 2, 4, 8, seed=15), randn(1, 2, 9, 8, seed=16), randn(1, 2, 9, 8, seed=17), tril(4, 9)]
+        copies = [t.clone() for t in inputs]
+        got = f(*inputs, block_size=4)
+        return [got, [torch.equal(a, b) for a, b in zip(inputs, copies)]]
+
+    PROBES["01_attention_basics"] = {"attention_scores": [scores], "causal_mask": [causal, window],
+                                     "padding_mask": [padding], "masked_softmax": [softmax], "attention": [attn],
+                                     "online_softmax_attention": [online, blocks, untouched]}
 
 
 _p01()
@@ -188,8 +252,21 @@ def _p03():
         f = ns["kv_cache_bytes"]
         return [f(1, 1, 6, 2, 256, 2), f(1, 1, 1, 8, 32, 1), f(3, 5, 7, 2, 16, 4)]
 
+    def flops(ns):
+        f = ns["attention_flops"]
+        return [f(1, 1, 1, 4, 1, 1, 4),                    # one token, one head: 144
+                f(1, 1, 100, 1024, 8, 2, 256),              # Qwen3.5-sized decode step, hidden != H * D
+                f(1, 1, 100, 1024, 8, 8, 256),              # the same as MHA
+                f(8, 1, 4096, 1024, 8, 2, 256),             # batched decode on a long cache
+                f(2, 3, 10, 64, 8, 2, 16),                  # a chunk after cached positions
+                f(3, 7, 7, 48, 6, 3, 8),                    # prefill, hidden == H * D
+                f(2, 4, 9, 40, 4, 1, 12),                   # MQA chunk, hidden != H * D
+                f(batch=2, q_len=1, k_len=33, hidden_size=96, num_heads=12, num_kv_heads=4, head_dim=8),
+                f(1001, 1000001, 1000001, 576, 9, 3, 64),   # past 2**53
+                f(4096, 2**20, 2**20, 8192, 64, 8, 128)]    # past 2**63
+
     PROBES["03_gqa_kv_cache"] = {"KVCache": [cache], "repeat_kv": [repeat], "GroupedQueryAttention": [gqa],
-                                 "kv_cache_bytes": [kv_bytes]}
+                                 "kv_cache_bytes": [kv_bytes], "attention_flops": [flops]}
 
 
 _p03()
@@ -493,7 +570,256 @@ def _p07():
             hook.remove()
         return out
 
-    PROBES["07_real_model"] = {"LlamaAttention": [llama], "greedy_generate": [greedy_tiny, greedy_real]}
+    # sampling_probs: rows without ties, so top-k and top-p boundaries are unambiguous
+    # (fresh tensors on every call: a mistake may divide the logits in place)
+    def hand():
+        return torch.tensor([[1.5, -0.5, 0.3, 2.2, 0.0, -1.2], [0.1, 0.4, -2.0, 1.0, 3.0, 0.2],
+                             [-1.0, 0.7, 0.6, -0.2, 0.9, 2.4]])
+
+    def wide():
+        return randn(4, 200, seed=11) * 2.5
+
+    def sp_plain(ns):
+        f = ns["sampling_probs"]
+        return [f(hand()), f(hand(), temperature=0.5), f(hand(), temperature=2.0), f(wide(), temperature=0.8)]
+
+    def sp_top_k(ns):
+        f = ns["sampling_probs"]
+        return [f(hand(), top_k=1), f(hand(), top_k=2), f(hand(), top_k=4), f(hand(), top_k=6), f(wide(), top_k=7),
+                f(hand()[:1], top_k=3)]
+
+    def sp_top_k_beyond_vocab(ns):
+        return ns["sampling_probs"](hand(), top_k=10)
+
+    def sp_top_p(ns):
+        f = ns["sampling_probs"]
+        return [f(hand(), top_p=0.3), f(hand(), top_p=0.5), f(hand(), top_p=0.75), f(hand(), top_p=1e-3),
+                f(hand(), top_p=1.0), f(wide(), top_p=0.6), f(wide(), temperature=1.7, top_p=0.9)]
+
+    def sp_combined(ns):
+        f = ns["sampling_probs"]
+        return [f(hand(), temperature=1.8, top_k=4, top_p=0.6), f(hand(), temperature=0.6, top_k=3, top_p=0.8),
+                f(wide(), temperature=1.3, top_k=30, top_p=0.7), f(wide(), temperature=0.9, top_k=12, top_p=0.95)]
+
+    def sp_large_and_bf16(ns):
+        f = ns["sampling_probs"]
+        huge = torch.tensor([[1e4, 1e4 - 0.5, -1e4, 3.0], [-1e4, 0.0, 2e4, 2e4 - 2.0]])
+        return [f(huge), f(huge, top_p=0.8), f(hand().to(BF16), top_k=3), f(hand().to(BF16), temperature=0.7)]
+
+    def sp_leaves_input(ns):
+        logits = hand()
+        ns["sampling_probs"](logits, temperature=0.5, top_k=3, top_p=0.9)
+        return logits
+
+    class Sharpened(nn.Module):
+        """A model whose logits are ``scale`` times another's: same ``layers``, same call."""
+
+        def __init__(self, inner: nn.Module, scale: float):
+            super().__init__()
+            self.inner, self.layers, self.scale = inner, inner.layers, scale
+
+        def forward(self, input_ids, attention_mask=None, caches=None):
+            return self.inner(input_ids, attention_mask=attention_mask, caches=caches) * self.scale
+
+    def sharp_llama():
+        """tiny_llama with logits times 6: next-token distributions from a few likely tokens to fairly flat."""
+        if "sharp" not in _REFERENCE:
+            _REFERENCE["sharp"] = Sharpened(tiny_llama(), 6.0).eval()
+        return _REFERENCE["sharp"]
+
+    # sample_generate on the tiny random Llama with its logits scaled up (its own next-token distributions are
+    # nearly uniform), with our own LlamaAttention (the submission's KVCache)
+    prompt = torch.tensor([[5, 17, 3, 42, 8]])
+    settings = [{}, {"temperature": 0.7}, {"temperature": 1.6}, {"top_k": 4}, {"top_p": 0.8},
+                {"temperature": 0.4, "top_p": 0.95}, {"temperature": 3.0, "top_p": 0.5},
+                {"temperature": 1.5, "top_k": 8, "top_p": 0.7}, {"temperature": 0.6, "top_k": 20, "top_p": 0.9}]
+
+    def sg_settings(ns):
+        f = ns["sample_generate"]
+        model = sharp_llama()
+        out = []
+        fed, hook = counting_fed(model)
+        try:
+            for i, options in enumerate(settings):
+                out.append(f(model, prompt, 8, torch.Generator().manual_seed(1234 + i), **options))
+            out.append(list(fed))
+        finally:
+            hook.remove()
+        return out
+
+    def sg_generator_use(ns):
+        f = ns["sample_generate"]
+        model = sharp_llama()
+        generator = torch.Generator().manual_seed(99)
+        first = f(model, prompt, 6, generator, temperature=1.2)
+        second = f(model, prompt, 6, generator, temperature=1.2)
+        return [first, second, torch.rand(3, generator=generator), f(model, prompt, 5, torch.Generator().manual_seed(0))]
+
+    def sg_batch(ns):
+        f = ns["sample_generate"]
+        model = sharp_llama()
+        batch = torch.tensor([[2, 2, 9, 30, 11], [5, 17, 3, 42, 8]])
+        mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+        return [f(model, batch, 5, torch.Generator().manual_seed(7), attention_mask=mask, temperature=1.3, top_p=0.9),
+                f(model, batch, 5, torch.Generator().manual_seed(8), attention_mask=mask, top_k=1),
+                f(model, torch.tensor([[7]]), 3, torch.Generator().manual_seed(5), top_k=5)]
+
+    PROBES["07_real_model"] = {"LlamaAttention": [llama], "greedy_generate": [greedy_tiny, greedy_real],
+                               "sampling_probs": [sp_plain, sp_top_k, sp_top_k_beyond_vocab, sp_top_p, sp_combined,
+                                                  sp_large_and_bf16, sp_leaves_input],
+                               "sample_generate": [sg_settings, sg_generator_use, sg_batch]}
 
 
 _p07()
+
+
+# ---------------------------------------------------------------- 08
+GDN_SMALL = SimpleNamespace(hidden_size=24, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+                            linear_value_head_dim=6, linear_conv_kernel_dim=4, rms_norm_eps=1e-6)
+GDN_OTHER = SimpleNamespace(hidden_size=20, linear_num_key_heads=1, linear_num_value_heads=3, linear_key_head_dim=4,
+                            linear_value_head_dim=4, linear_conv_kernel_dim=3, rms_norm_eps=1e-5)
+
+
+def _p08():
+    def unit(x):
+        return x / x.norm(dim=-1, keepdim=True)
+
+    def qkv(b, h, t, dk, dv, seed=0, dtype=torch.float32):
+        return (randn(b, h, t, dk, seed=seed).to(dtype), unit(randn(b, h, t, dk, seed=seed + 1)).to(dtype),
+                randn(b, h, t, dv, seed=seed + 2).to(dtype))
+
+    def uniform(*shape, seed=0):
+        return torch.rand(*shape, generator=torch.Generator().manual_seed(seed))
+
+    hand_q = torch.tensor([1.0, 2.0]).view(1, 1, 2, 1)
+    hand_k = torch.tensor([3.0, 4.0]).view(1, 1, 2, 1)
+    hand_v = torch.tensor([5.0, 6.0]).view(1, 1, 2, 1)
+    key_twice = torch.tensor([[1.0, 0.0], [1.0, 0.0]]).view(1, 1, 2, 2)
+    values_twice = torch.tensor([[1.0, 0.0], [0.0, 1.0]]).view(1, 1, 2, 2)
+    ones_2 = torch.ones(1, 1, 2, 1)
+    g_hand = torch.log(torch.tensor([1.0, 0.5])).view(1, 1, 2)
+    beta_hand = torch.tensor([1.0, 0.5]).view(1, 1, 2)
+
+    def linear(ns):
+        f = ns["linear_attention"]
+        q, k, v = qkv(2, 3, 5, 4, 6)
+        return [f(hand_q, hand_k, hand_v), f(q, k, v), f(q[:, :, :1], k[:, :, :1], v[:, :, :1]),
+                f(*qkv(1, 2, 6, 8, 8, seed=3, dtype=BF16)), f(*qkv(2, 1, 4, 3, 5, seed=4, dtype=torch.float64))]
+
+    def split_run(f, tensors, cut, extra=(), **kw):
+        """f over the whole sequence, then over [:cut] and [cut:] from the returned state; also the state
+        passed in, before and after the second call."""
+        whole = f(*tensors, *extra, **kw)
+        first = f(*[t[..., :cut, :] for t in tensors], *[e[..., :cut] for e in extra], **kw)
+        given = first[1].clone()
+        second = f(*[t[..., cut:, :] for t in tensors], *[e[..., cut:] for e in extra], state=first[1], **kw)
+        return [whole, first, second, torch.equal(given, first[1])]
+
+    def recurrent(ns):
+        f = ns["linear_attention_recurrent"]
+        q, k, v = qkv(2, 3, 5, 4, 6)
+        out = [f(hand_q, hand_k, hand_v), f(q, k, v)]
+        out += split_run(f, (q, k, v), 2)
+        out.append(f(q[:, :, :1], k[:, :, :1], v[:, :, :1], state=randn(2, 3, 4, 6, seed=9)))
+        out.append(f(*qkv(1, 2, 6, 4, 4, seed=3, dtype=BF16)))
+        return out
+
+    def delta(ns):
+        f = ns["delta_rule"]
+        q, k, v = qkv(2, 3, 6, 4, 5)
+        beta = uniform(2, 3, 6, seed=1)
+        out = [f(key_twice, key_twice, values_twice, torch.ones(1, 1, 2)),
+               f(key_twice, key_twice, values_twice, torch.full((1, 1, 2), 0.5)), f(q, k, v, beta)]
+        out += split_run(f, (q, k, v), 3, (beta,))
+        out.append(f(q[:, :, :1], k[:, :, :1], v[:, :, :1], beta[:, :, :1], state=randn(2, 3, 4, 5, seed=9)))
+        out.append(f(*qkv(1, 2, 5, 4, 4, seed=3, dtype=BF16), uniform(1, 2, 5, seed=2).to(BF16)))
+        return out
+
+    def gated(ns):
+        f = ns["gated_delta_rule"]
+        q, k, v = qkv(2, 3, 6, 4, 5)
+        g, beta = -uniform(2, 3, 6, seed=3), uniform(2, 3, 6, seed=1)
+        out = [f(ones_2, ones_2, ones_2, g_hand, beta_hand), f(q, k, v, g, beta), f(q, k, v, torch.zeros(2, 3, 6), beta),
+               f(q, k, v, torch.full((2, 3, 6), -1e4), torch.ones(2, 3, 6))]
+        out += split_run(f, (q, k, v), 2, (g, beta))
+        out.append(f(q[:, :, :1], k[:, :, :1], v[:, :, :1], g[:, :, :1], beta[:, :, :1], state=randn(2, 3, 4, 5, seed=9)))
+        out.append(f(*qkv(1, 2, 5, 4, 4, seed=3, dtype=BF16), -uniform(1, 2, 5, seed=4).to(BF16),
+                     uniform(1, 2, 5, seed=2).to(BF16)))
+        return out
+
+    def chunked(ns):
+        f = ns["chunked_gated_delta_rule"]
+        q, k, v = qkv(2, 2, 11, 4, 3, seed=5)
+        g, beta = -uniform(2, 2, 11, seed=6), uniform(2, 2, 11, seed=7)
+        out = [f(ones_2, ones_2, ones_2, g_hand, beta_hand, chunk_size=2), f(ones_2, ones_2, ones_2, g_hand, beta_hand)]
+        out += [f(q, k, v, g, beta, chunk_size=size) for size in (1, 3, 4, 11, 64)]
+        out.append(f(q[:, :, :1], k[:, :, :1], v[:, :, :1], g[:, :, :1], beta[:, :, :1], chunk_size=4))
+        out += split_run(f, (q, k, v), 5, (g, beta), chunk_size=4)
+        out.append(f(q, k, v, g, beta, chunk_size=4, state=randn(2, 2, 4, 3, seed=9)))
+        steep = torch.full((2, 2, 11), -200.0)
+        out += [f(q, k, v, steep, beta, chunk_size=11), f(q, k, v, steep, beta, chunk_size=4)]
+        long_q, long_k, long_v = qkv(1, 2, 70, 8, 8, seed=11)
+        out.append(f(long_q, long_k, long_v, -0.1 * uniform(1, 2, 70, seed=12), uniform(1, 2, 70, seed=13)))
+        out.append(f(*qkv(1, 2, 9, 4, 4, seed=3, dtype=BF16), -uniform(1, 2, 9, seed=4).to(BF16),
+                     uniform(1, 2, 9, seed=2).to(BF16), chunk_size=4))
+        return out
+
+    def conv(ns):
+        f = ns["causal_conv1d"]
+        w_hand = torch.tensor([1.0, 10.0, 100.0]).view(1, 1, 3)
+        y_hand, s_hand = f(torch.tensor([1.0, 2.0, 3.0]).view(1, 1, 3), w_hand)
+        out = [y_hand, s_hand, f(torch.tensor([4.0]).view(1, 1, 1), w_hand, s_hand)]
+        x, w = randn(2, 6, 9, seed=5), randn(6, 1, 4, seed=6)
+        out.append(f(x, w))
+        y1, s1 = f(x[..., :2], w)
+        s1_given = s1.clone()
+        y2, s2 = f(x[..., 2:3], w, s1)
+        y3, s3 = f(x[..., 3:], w, s2)
+        out += [y1, s1, y2, s2, y3, s3, torch.equal(s1, s1_given)]
+        out.append(f(x, w, randn(2, 6, 3, seed=7)))
+        out.append(f(randn(1, 5, 6, seed=8), randn(5, 1, 3, seed=9)))
+        out.append(f(x.to(BF16), w))
+        return out
+
+    def run_cached(m, x, chunks, cache, attention_mask=None):
+        pieces = []
+        for start, end in chunks:
+            mask = None if attention_mask is None else attention_mask[:, :end]
+            piece, returned = m(x[:, start:end], attention_mask=mask, cache=cache)
+            assert returned is cache, "the cache passed in must come back"
+            pieces.append(piece)
+        return torch.cat(pieces, dim=1)
+
+    def layer(ns):
+        cls, cache_cls = ns["Qwen35GatedDeltaNet"], ns["GatedDeltaNetCache"]
+        out = [fresh_state(cls(GDN_SMALL))]
+        m = fill(cls(GDN_SMALL))
+        out.append(shapes(m))
+        x = randn(2, 7, 24, seed=3)
+        pad = torch.tensor([[1] * 7, [0, 0, 1, 1, 1, 1, 1]])
+        with torch.no_grad():
+            whole, returned = m(x)
+            out += [whole, returned is None, m(x, attention_mask=pad)[0], m(x[:, :1])[0]]
+            cache = cache_cls()
+            out.append(run_cached(m, x, [(0, 3), (3, 4), (4, 5), (5, 7)], cache))
+            out += [cache.conv_state, cache.recurrent_state]
+            out.append(run_cached(m, x, [(0, 4), (4, 5), (5, 7)], cache_cls(), attention_mask=pad))
+            out.append(m(randn(1, 70, 24, seed=4))[0])
+            strong = fill(cls(GDN_SMALL))
+            strong.A_log.fill_(10.0)
+            out.append(strong(x)[0])
+            other = fill(cls(GDN_OTHER))
+            x_other = randn(3, 5, 20, seed=5)
+            out += [other(x_other)[0], run_cached(other, x_other, [(0, 1), (1, 2), (2, 5)], cache_cls())]
+            half = fill(cls(GDN_SMALL)).to(BF16)
+            out.append(half(x.to(BF16))[0])
+            out.append(run_cached(half, x.to(BF16), [(0, 5), (5, 6)], cache_cls()))
+        return out
+
+    PROBES["08_gated_deltanet"] = {"linear_attention": [linear], "linear_attention_recurrent": [recurrent],
+                                   "delta_rule": [delta], "gated_delta_rule": [gated],
+                                   "chunked_gated_delta_rule": [chunked], "causal_conv1d": [conv],
+                                   "Qwen35GatedDeltaNet": [layer]}
+
+
+_p08()

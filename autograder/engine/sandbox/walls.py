@@ -208,6 +208,7 @@ class Walls:
         if self.note("user", not why, f"cannot switch to uid:gid {user[0]}:{user[1]} here ({why})"):
             self.user = user
             os.chown(self.workdir, *user)
+            _import_lazy_modules()
 
     def _prepare_hiding(self) -> None:
         """Without Landlock but with namespaces: each run mounts empty folders over the grading packages and
@@ -329,6 +330,15 @@ def _sandbox_user() -> tuple[int, int]:
         return _NOBODY
     uid, _, gid = value.partition(":")
     return int(uid), int(gid or uid)
+
+
+def _import_lazy_modules() -> None:
+    """Import here what torch imports on first use, because the sandbox user may not read the Python that root
+    installed (under root's home): the first ``torch.broadcast_shapes`` imports sympy, through
+    ``torch.fx.experimental.symbolic_shapes``."""
+    import torch
+
+    torch.broadcast_shapes((1, 2), (3, 1))
 
 
 def _become(user: tuple[int, int]) -> None:

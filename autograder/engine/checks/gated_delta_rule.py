@@ -1,0 +1,69 @@
+"""Check of ``gated_delta_rule(q, k, v, g, beta, state=None) → (o, state)``, as Hugging Face's
+``torch_recurrent_gated_delta_rule`` (without its 1/√Dk): ``S ← exp(g_t) S``; ``δ = β_t (v_t − k_tᵀS)``;
+``S ← S + k_t δᵀ``; ``o_t = q_t S``. On a hand case, seeded shapes, a given state, a continuation from its own
+state and a long input."""
+import torch
+
+from autograder.engine.checks.linear_attention_recurrent import (
+    GIVEN_STATE,
+    LAYOUT,
+    OUTPUT_NAMES,
+    READ_AFTER_WRITE,
+    rule_cases,
+    rule_variant,
+)
+from autograder.engine.exercise import Exercise, Mistake
+from autograder.engine.inputs import linear_attention as inputs
+from autograder.engine.inputs.seeded import generator
+from autograder.engine.protocols import Case, call_rule
+from solutions.gated_deltanet import gated_delta_rule
+
+
+def hand_case() -> Case:
+    """One key written, then forgotten by half (g = ln 0.5) while another is written, from a given state."""
+    k = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    v = torch.tensor([[2.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    q = torch.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, 0.0]])
+    g = torch.log(torch.tensor([1.0, 0.5, 0.5]))
+    beta = torch.tensor([1.0, 1.0, 0.5])
+    state = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
+    return Case("小例子：从 S = [[0, 1], [1, 0]] 开始，exp(g) = 1, 0.5, 0.5，β = 1, 1, 0.5，key 是 (1, 0)、(0, 1)、(1, 0)",
+                (q[None, None], k[None, None], v[None, None], g[None, None], beta[None, None]),
+                {"state": state[None, None]})
+
+
+def _gates(gen, *shape, dtype):
+    return inputs.decay(gen, *shape, dtype=dtype), inputs.beta(gen, *shape, dtype=dtype)
+
+
+def cases() -> list[Case]:
+    return [hand_case(), *rule_cases(generator(83), _gates)]
+
+
+def gated(**how):
+    """``rule_variant`` with the gated delta rule's signature."""
+    wrong = rule_variant(**how)
+    return lambda q, k, v, g, beta, state=None: wrong(q, k, v, g, beta, state)
+
+
+ORDER = "Hugging Face 的顺序：先衰减 S ← exp(g_t)·S，再用衰减后的 S 读出 k_tᵀS、算修正量、写入，最后读 o_t = q_t S。"
+MISTAKES = (
+    Mistake("衰减放在了写入之后", ORDER, gated(decay_at="after_write")),
+    Mistake("修正量里的 Sᵀk 是衰减之前读的", ORDER, gated(decay_at="after_read")),
+    Mistake("衰减乘的是 g 本身，不是 exp(g)", "g 是衰减的对数（g ≤ 0）：状态乘的是 exp(g_t)，在 0 和 1 之间。",
+            gated(gate=lambda g: g)),
+    Mistake("衰减乘的是 exp(−g)", "g ≤ 0 是衰减的对数：状态乘 exp(g_t) ≤ 1；exp(−g) > 1 会让状态越来越大。",
+            gated(gate=lambda g: torch.exp(-g))),
+    Mistake("没有衰减（g 没有用上）", "每一步先把状态乘 exp(g_t)：这就是 Gated DeltaNet 的「门」，学到的遗忘速度。",
+            gated(gate=lambda g: torch.ones_like(g))),
+    Mistake("β 只乘了 v（写的是 β·v − Sᵀk）", "写进状态的是修正量 δ_t = β_t (v_t − Sᵀk_t)：β 乘的是整个括号。",
+            gated(beta_inside=False)),
+    Mistake("写入的不是修正量（没有减去 Sᵀk）", "delta rule 只写入差值 β_t (v_t − Sᵀk_t)，Sᵀk_t 用衰减后的 S 读。",
+            gated(correction=False)),
+    Mistake("先读后写（o_t 用的是写入之前的状态）", READ_AFTER_WRITE.replace("k_t v_tᵀ", "修正量"),
+            gated(read_after_write=False)),
+    Mistake("状态的布局转置了（[Dv, Dk]）", LAYOUT, gated(transposed_state=True)),
+    Mistake("忽略了传进来的 state", GIVEN_STATE, gated(use_state=False)),
+)
+
+EXERCISE = Exercise("gated_delta_rule", 3, gated_delta_rule, cases, MISTAKES, output_names=OUTPUT_NAMES, call=call_rule)

@@ -1,0 +1,63 @@
+"""Check of ``linear_attention(q, k, v)``: causal linear attention in its parallel form,
+``o_t = Σ_{j≤t} (q_t·k_j) v_j``, on the hand example, seeded shapes (T = 1, Dk ≠ Dv) and three dtypes."""
+import torch
+
+from autograder.engine.exercise import Exercise, Mistake
+from autograder.engine.inputs import linear_attention as inputs
+from autograder.engine.inputs.seeded import generator, three_tokens
+from autograder.engine.protocols import Case
+from solutions.gated_deltanet import linear_attention
+
+
+def hand_case() -> Case:
+    """今天 / 天气 / 不错 of 01 as one head: ``[1, 1, 3, 2]`` each."""
+    q, k, v = three_tokens()
+    return Case("小例子：「今天 / 天气 / 不错」的 q、k、v（01 的手算例子），[1, 1, 3, 2]", (q[None, None], k[None, None], v[None, None]))
+
+
+def cases() -> list[Case]:
+    gen = generator(80)
+    found = [hand_case()]
+    for shape, dtype in [((2, 3, 6, 4, 4), torch.float32), ((1, 2, 7, 4, 6), torch.float32),
+                         ((2, 2, 1, 8, 3), torch.float32), ((1, 2, 9, 6, 5), torch.float64),
+                         ((2, 2, 8, 8, 8), torch.bfloat16)]:
+        q, k, v = inputs.qkv(gen, *shape, dtype=dtype)
+        found.append(Case(inputs.describe(q, v), (q, k, v)))
+    return found
+
+
+def _masked(keep):
+    def wrong(q, k, v):
+        seq = q.shape[-2]
+        return (q @ k.transpose(-2, -1)).masked_fill(~keep(seq), 0.0) @ v
+    return wrong
+
+
+def _softmax(q, k, v):
+    seq = q.shape[-2]
+    causal = torch.ones(seq, seq, dtype=torch.bool).tril()
+    return torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~causal, float("-inf")), dim=-1) @ v
+
+
+def _scaled(q, k, v):
+    return linear_attention(q * q.shape[-1] ** -0.5, k, v)
+
+
+def _normalised(q, k, v):
+    seq = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)).masked_fill(~torch.ones(seq, seq, dtype=torch.bool).tril(), 0.0)
+    return scores @ v / scores.sum(-1, keepdim=True)
+
+
+MISTAKES = (
+    Mistake("没有因果掩码", "位置 t 只能用 j ≤ t 的 key 和 value：分数矩阵乘 v 之前，把上三角（j > t）置 0。",
+            _masked(lambda seq: torch.ones(seq, seq, dtype=torch.bool))),
+    Mistake("掩码把对角线也去掉了（只用了 j < t）", "o_t 的求和包括 j = t 自己：保留下三角和对角线（tril()，不是 tril(-1)）。",
+            _masked(lambda seq: torch.ones(seq, seq, dtype=torch.bool).tril(-1))),
+    Mistake("用了 softmax", "线性注意力去掉了 softmax：直接用 q_t·k_j 当权重，被遮住的位置置 0，不是 −inf。", _softmax),
+    Mistake("分数除以了 √Dk", "这里的函数照原样用 q：1/√Dk 由 Gated DeltaNet 层在外面乘到 q 上。", _scaled),
+    Mistake("除以了权重之和（归一化的线性注意力）", "这门课的线性注意力不归一化：o_t = Σ_{j≤t} (q_t·k_j) v_j，"
+            "不除以 Σ_j q_t·k_j。", _normalised),
+)
+
+EXERCISE = Exercise("linear_attention", 2, linear_attention, cases, MISTAKES)

@@ -1,0 +1,159 @@
+"""Check of ``online_softmax_attention(q, k, v, mask=None, block_size=16)`` → ``output [..., Tq, Dv]``, equal to
+``attention(q, k, v, mask)[0]``, computed over blocks of keys (``protocols.call_blockwise`` stops code that holds
+scores for more than one block); fully masked rows 0."""
+import math
+
+import torch
+
+from autograder.engine.exercise import Exercise, Mistake
+from autograder.engine.inputs.seeded import dtype_name, generator, randn, three_tokens
+from autograder.engine.protocols import Case, call_blockwise
+from solutions.attention_basics import attention_scores, causal_mask, online_softmax_attention, padding_mask
+
+
+def cases() -> list[Case]:
+    queries, keys, values = three_tokens()
+    gen = generator(6)
+    left_pad = padding_mask(torch.tensor([[1] * 20, [0] * 7 + [1] * 13]))
+
+    def qkv(lead, q_len, k_len, dim, dim_v, dtype=torch.float32, scale=1.0):
+        return (randn(gen, *lead, q_len, dim, dtype=dtype, scale=scale), randn(gen, *lead, k_len, dim, dtype=dtype),
+                randn(gen, *lead, k_len, dim_v, dtype=dtype))
+
+    # Keys that grow along the sequence: the max of a later block is bigger, so what was summed must be rescaled.
+    growing_k = randn(gen, 2, 2, 24, 4) * torch.linspace(0.5, 4.0, 24).unsqueeze(-1)
+    growing = (randn(gen, 2, 2, 5, 4, scale=2.0), growing_k, randn(gen, 2, 2, 24, 3))
+    # Every score near -1e4: exp of an unshifted score is 0 everywhere, 0/0 after the sum.
+    far = (randn(gen, 2, 6, 4).abs() * 100, -randn(gen, 2, 30, 4).abs() * 100 - 20, randn(gen, 2, 30, 4))
+    blind_queries = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1]]).bool()[:, None, :, None]
+    return [
+        Case("三个 token 的手算例子，causal_mask(3)，block_size=1：一次一个 key",
+             (queries, keys, values, causal_mask(3)), {"block_size": 1}),
+        Case("三个 token 的手算例子，mask=None，block_size=2：第二块只有一个 key", (queries, keys, values), {"block_size": 2}),
+        Case("q [2, 2, 5, 4]，k 越往后越长（后面的块最大分数更大），Tk = 24，block_size=8",
+             growing, {"block_size": 8}),
+        Case("q [2, 2, 6, 8]，k/v [2, 2, 37, 8]，causal_mask(6, 37)，block_size=16：37 不是 16 的倍数",
+             (*qkv((2, 2), 6, 37, 8, 8), causal_mask(6, 37)), {"block_size": 16}),
+        Case("不给 block_size（默认 16）：q [1, 3, 4, 8]，k/v [1, 3, 40, 8]，Dv = 5，mask=None",
+             (*qkv((1, 3), 4, 40, 8, 5)[:2], randn(gen, 1, 3, 40, 5))),
+        Case("解码一步：q [2, 2, 1, 8]，k/v [2, 2, 19, 8]，causal_mask(1, 19)，block_size=4",
+             (*qkv((2, 2), 1, 19, 8, 8), causal_mask(1, 19)), {"block_size": 4}),
+        Case("k/v 比一块还短：Tk = 5，block_size=16", (*qkv((2,), 3, 5, 4, 4), causal_mask(3, 5)), {"block_size": 16}),
+        Case("左侧 pad & causal：[2, 1, 20, 4]，第二句前 7 个 query 整行被遮住，输出应为 0；block_size=6",
+             (*qkv((2, 1), 20, 20, 4, 4), left_pad & causal_mask(20)), {"block_size": 6}),
+        Case("mask 的形状是 [2, 1, 6, 1]（只遮 query：第二句的前 3 个 query 什么都不看），Tk = 20，block_size=8",
+             (*qkv((2, 1), 6, 20, 4, 4), blind_queries), {"block_size": 8}),
+        Case("分数都在 −1e4 上下（q 和 k 方向相反，很长），Tk = 30，block_size=8", far, {"block_size": 8}),
+        Case("分数是 ±1e4 量级，q [2, 2, 4, 8]，Tk = 33，causal_mask(4, 33)，block_size=8",
+             (*qkv((2, 2), 4, 33, 8, 8, scale=300.0), causal_mask(4, 33)), {"block_size": 8}),
+        Case("q/k/v [3, 7, 8] / [3, 21, 8]，float64，block_size=5", qkv((3,), 7, 21, 8, 8, torch.float64), {"block_size": 5}),
+        Case(f"q [2, 2, 6, 16]，k/v [2, 2, 48, 16]，causal_mask(6, 48)，block_size=16，{dtype_name(torch.bfloat16)}",
+             (*qkv((2, 2), 6, 48, 16, 16, torch.bfloat16), causal_mask(6, 48)), {"block_size": 16}),
+    ]
+
+
+def _blocks(q, k, v, mask, block_size):
+    """(scores, v) of each block of keys, scores already masked with -inf."""
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], k.shape[-2])
+    for start in range(0, k.shape[-2], block_size):
+        block = slice(start, start + block_size)
+        scores = attention_scores(q, k[..., block, :])
+        if mask is not None:
+            scores = scores.masked_fill(~mask[..., block], float("-inf"))
+        yield scores, v[..., block, :]
+
+
+def _online(q, k, v, mask=None, block_size=16, *, rescale_out=True, rescale_sum=True, start_max=float("-inf"),
+            guard_shift=True, guard_divide=True):
+    """The running-max loop with one of its parts left out (each flag off is one mistake)."""
+    rows = (q @ k[..., :1, :].mT).shape[:-1]
+    running_max = torch.full((*rows, 1), start_max, dtype=q.dtype)
+    running_sum = torch.zeros(*rows, 1, dtype=q.dtype)
+    out = torch.zeros(*rows, v.shape[-1], dtype=q.dtype)
+    for scores, values in _blocks(q, k, v, mask, block_size):
+        new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))
+        shift = new_max.nan_to_num(neginf=0.0) if guard_shift else new_max
+        weights = torch.exp(scores - shift)
+        rescale = torch.exp(running_max - shift)
+        running_sum = running_sum * (rescale if rescale_sum else 1.0) + weights.sum(dim=-1, keepdim=True)
+        out = out * (rescale if rescale_out else 1.0) + weights @ values
+        running_max = new_max
+    if guard_divide:
+        return torch.where(running_sum > 0, out / running_sum, 0.0)
+    return out / running_sum
+
+
+def _per_block(q, k, v, mask=None, block_size=16):
+    """Each block's own softmax, the block outputs added up."""
+    return sum(torch.softmax(s, dim=-1).nan_to_num(0.0) @ values for s, values in _blocks(q, k, v, mask, block_size))
+
+
+def _last_block_dropped(q, k, v, mask=None, block_size=16):
+    whole = k.shape[-2] // block_size * block_size
+    if whole == 0:
+        return torch.zeros(*(q @ k[..., :1, :].mT).shape[:-1], v.shape[-1], dtype=q.dtype)
+    return _online(q, k[..., :whole, :], v[..., :whole, :], None if mask is None else
+                   mask.expand(*mask.shape[:-1], k.shape[-2])[..., :whole], block_size)
+
+
+def _overflowed(case: Case, got) -> bool:
+    """exp of raw scores: where some score is far above 0 the output is not finite (exp overflowed); where every
+    score is far below 0 it is not finite or zero on a row that sees keys (exp underflowed)."""
+    q, k = case.args[:2]
+    mask = case.args[3] if len(case.args) > 3 else None
+    scores = attention_scores(q.double(), k.double())
+    if not isinstance(got, torch.Tensor) or got.shape[:-1] != scores.shape[:-1]:
+        return False
+    if scores.max() > 100:
+        return not bool(got.isfinite().all())
+    if scores.max() < -100:
+        sees = torch.ones(scores.shape[:-1], dtype=torch.bool) if mask is None else mask.expand(scores.shape).any(-1)
+        return bool(not got.isfinite().all() or ((got == 0).all(-1) & sees).any())
+    return False
+
+
+def _unscaled(q, k, v, mask=None, block_size=16):
+    return _online(q * math.sqrt(q.shape[-1]), k, v, mask, block_size)
+
+
+_FROM_ZERO = "running max 从 0 开始，而不是 −inf"
+_FROM_ZERO_HINT = ("running max 要从 −inf 开始：从 0 开始时，分数全都远小于 0 的行 exp 全部下溢成 0，z = 0，这一行就什么也没取到。"
+                   "整行被遮住的 NaN 要在平移时处理：max 还是 −inf 时按 0 来平移。")
+
+MISTAKES = (
+    Mistake("最大值变大时，累加的输出没有跟着缩放", "新的块把 running max 从 m 抬到 m′ 时，之前累加的 Σ exp(s − m)·v 都要乘 exp(m − m′)，"
+            "和 running sum 一样。", lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, rescale_out=False)),
+    Mistake("最大值变大时，running sum 没有跟着缩放", "新的块把 running max 从 m 抬到 m′ 时，之前的和 Σ exp(s − m) 也要乘 exp(m − m′)，"
+            "和累加的输出一样。", lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, rescale_sum=False)),
+    Mistake("最大值变大时，running sum 和累加的输出都没有跟着缩放", "之前的 z 和 a 都是按旧的 m 平移过的：running max 从 m 抬到 m′ 时，"
+            "两个都要乘 exp(m − m′)，换到新的基准上。",
+            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, rescale_out=False, rescale_sum=False)),
+    *(Mistake(_FROM_ZERO, _FROM_ZERO_HINT,
+              lambda q, k, v, m=None, block_size=16, g=guard: _online(q, k, v, m, block_size, start_max=0.0,
+                                                                      guard_divide=g))
+      for guard in (True, False)),
+    Mistake("每一块单独做了 softmax，再把各块的输出加起来", "各块的 softmax 分母不一样，不能分开归一化：先用同一个 running max "
+            "累加分子和分母，最后除一次。", _per_block),
+    *(Mistake("running max 还是 −inf 时直接拿它平移：exp(−inf − (−inf)) 是 NaN",
+              "一个 query 到目前为止看得见的 key 全被遮住时，running max 还是 −inf：这时按 0 来平移"
+              "（m_new.masked_fill(m_new == float(\"-inf\"), 0.0)），exp(−inf − 0) = 0，不会出 NaN。",
+              lambda q, k, v, m=None, block_size=16, g=guard: _online(q, k, v, m, block_size, guard_shift=False,
+                                                                      guard_divide=g))
+      for guard in (False, True)),
+    Mistake("整行都被遮住时得到了 NaN：最后的 a / z 是 0/0", "整行都被遮住的 query 一个 key 也没看到，z = 0：只在 z > 0 的地方相除，"
+            "其余输出 0（torch.where(z > 0, a / z, 0.0)）。",
+            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, guard_divide=False)),
+    Mistake("最后一个不满 block_size 的块被丢掉了", "Tk 不是 block_size 的倍数时，最后一块比 block_size 短，也要算："
+            "range(0, Tk, block_size) 加切片 [start:start + block_size] 会自动处理。", _last_block_dropped,
+            # With fewer keys than one block nothing is left; what such code returns then is its own business.
+            tried_on=lambda case: case.args[1].shape[-2] >= case.kwargs.get("block_size", 16)),
+    Mistake("exp 之前没有减去 running max", "分数上 1e4 时 exp 会溢出成 inf（远小于 0 时下溢成 0）：每一块都减去当前的 "
+            "running max 再 exp，和 masked_softmax 里减去每行最大值是同一个道理。", matches=_overflowed),
+    Mistake("忘了除以 √D", "每一块的分数也是 q·k/√D：用 attention_scores 算每一块的分数。", _unscaled),
+    Mistake("一次算出了多于 block_size 个 key 的分数", "online softmax 的意义就在于每次只持有一块分数 [..., Tq, block_size]："
+            "按 block_size 切开 k、v（和 mask 的最后一维），一块一块地更新。", error="WholeScores"),
+)
+
+EXERCISE = Exercise("online_softmax_attention", 3, online_softmax_attention, cases, MISTAKES,
+                    call=call_blockwise, uses=("attention_scores",))

@@ -1,0 +1,133 @@
+"""Check of ``sample_generate(model, input_ids, max_new_tokens, generator, attention_mask=None, **sampling)``: sampled
+decoding through one ``KVCache`` per layer of the real SmolLM2-135M-Instruct with the student's own
+``LlamaAttention`` in every layer, each token drawn by one ``torch.multinomial(probs, 1, generator=generator)`` from
+the student's own ``sampling_probs`` of the last position. With the same seed the tokens must be the reference's,
+one for one, and the model must read each position once (``protocols.call_sample_generate``)."""
+import torch
+
+from autograder.engine.exercise import Exercise, Mistake
+from autograder.engine.inputs import smollm2
+from autograder.engine.protocols import Case, call_sample_generate
+
+# The loops below run in a model built with the LlamaAttention found among this module's names, decode with its
+# KVCache and filter with its sampling_probs (protocols.call_sample_generate).
+from solutions.gqa_kv_cache import KVCache
+from solutions.real_model import LlamaAttention, sample_generate, sampling_probs  # noqa: F401
+
+_OWN_PARTS = ("模型的每一层用的是你自己的 LlamaAttention，分布来自你自己的 sampling_probs：它们还没通过的话，先让它们通过，"
+              "这一题多半会跟着通过。")
+
+
+def _case(folder, texts, max_new_tokens, seed, sampling: dict, note) -> Case:
+    ids, mask = smollm2.encode_batch(folder, texts)
+    prompts = "、".join(f"“{text}”" for text in texts)
+    padding = "，短的那句左侧 padding（给了 attention_mask）" if mask is not None else ""
+    options = "，".join(f"{name}={value}" for name, value in sampling.items())
+    label = (f"{note}提示词 {prompts}（{ids.shape[1]} 个 token{padding}），用 torch.Generator().manual_seed({seed})（交给你之前已经用它抽过"
+             f"一个数）抽 {max_new_tokens} 个 token，{options}。{_OWN_PARTS}")
+    return Case(label, (str(folder), ids, max_new_tokens, mask, seed), sampling)
+
+
+def cases() -> list[Case]:
+    folder = smollm2.model_folder()
+    # Few, short cases: every step runs the whole model once, in the sandbox and again for the reference.
+    return [
+        _case(folder, ["Once upon a time"], 2, 1, {"temperature": 0.7, "top_p": 0.9}, ""),
+        _case(folder, ["The quick brown fox jumps over the", "My favourite food is"], 2, 0,
+              {"temperature": 0.8, "top_k": 40}, "一批两句，"),
+    ]
+
+
+# The reference's tokens for each case already generated in this process, with the model they came from (kept,
+# so that its id stays its own): grading a class generates each case once, not once per student.
+_GENERATED: dict[tuple, tuple] = {}
+
+
+def reference(model, input_ids, max_new_tokens, generator, attention_mask=None, **sampling):
+    """``solutions.real_model.sample_generate``, remembered per model, prompt, seed and options. ``generator`` is
+    the fresh one ``call_sample_generate`` made, so its initial seed names its stream."""
+    key = (id(model), tuple(input_ids.shape), input_ids.numpy().tobytes(), max_new_tokens, generator.initial_seed(),
+           None if attention_mask is None else attention_mask.numpy().tobytes(), tuple(sorted(sampling.items())))
+    if key not in _GENERATED:
+        _GENERATED[key] = model, sample_generate(model, input_ids, max_new_tokens, generator,
+                                                 attention_mask=attention_mask, **sampling)
+    return _GENERATED[key][1].clone()
+
+
+def _loop(*, pick="sample", own_generator=True, reseed=False, position=-1, cached=True, options=True):
+    """Sampled decoding with one thing done wrong: ``pick`` the ``"argmax"`` instead of sampling; draw from
+    torch's global generator (``own_generator=False``) or re-seed the given one every step (``reseed``); the
+    logits of another ``position``; no cache; the sampling options not passed on."""
+    def generate(model, input_ids, max_new_tokens, generator, attention_mask=None, **sampling):
+        caches = [KVCache() for _ in model.layers]
+        step, mask, chosen = input_ids, attention_mask, []
+        for _ in range(max_new_tokens):
+            logits = model(step, attention_mask=mask, caches=caches if cached else None)
+            probs = sampling_probs(logits[:, position], **(sampling if options else {}))
+            if reseed:
+                generator.manual_seed(generator.initial_seed())
+            if pick == "argmax":
+                step = probs.argmax(dim=-1, keepdim=True)
+            else:
+                step = torch.multinomial(probs, 1, generator=generator if own_generator else None)
+            chosen.append(step)
+            if mask is not None:
+                mask = torch.cat([mask, torch.ones_like(step)], dim=1)
+        return torch.cat(chosen, dim=1)
+    return generate
+
+
+def _right_tokens_without_the_cache(case: Case, got) -> bool:
+    """The tokens are the reference's, but the model read far more positions than the prompt and the new tokens."""
+    want = call_sample_generate(reference, case)[0]
+    return (isinstance(got, (tuple, list)) and len(got) == 3 and isinstance(got[0], torch.Tensor)
+            and got[0].shape == want.shape and torch.equal(got[0], want) and not bool(got[1]))
+
+
+def _extra_draws(case: Case, got) -> bool:
+    """The tokens and the reads are the reference's, the generator's state after the call is not."""
+    want = call_sample_generate(reference, case)
+    return (isinstance(got, (tuple, list)) and len(got) == 3 and isinstance(got[0], torch.Tensor)
+            and got[0].shape == want[0].shape and torch.equal(got[0], want[0]) and bool(got[1]) == bool(want[1])
+            and isinstance(got[2], torch.Tensor) and not torch.equal(got[2], want[2]))
+
+
+def _returned_the_prompt(case: Case, got) -> bool:
+    """The prompt came back in front of the new tokens: ``[B, T + max_new_tokens]``."""
+    _, input_ids, max_new_tokens, _, _ = case.args
+    tokens = got[0] if isinstance(got, (tuple, list)) and got else None
+    return (isinstance(tokens, torch.Tensor)
+            and tokens.shape == (input_ids.shape[0], input_ids.shape[1] + max_new_tokens)
+            and torch.equal(tokens[:, :input_ids.shape[1]], input_ids))
+
+
+_DRAW = ("每一步只抽一次：torch.multinomial(probs, 1, generator=generator)，probs 是最后一个位置的 "
+         "sampling_probs(logits[:, -1], **sampling)，[B, V]；除此之外不要从 generator 里取随机数。")
+_STEP = ("第一步把整段提示词送进模型（prefill），之后每一步只送上一步抽出的那一个 token [B, 1]，"
+         "缓存里已经有前面所有位置的 K、V。")
+
+MISTAKES = (
+    Mistake("每一步都把整个序列又送了一遍，没有靠 KV cache 只送新 token", "抽出的 token 对了，可是每一步都把越来越长的整个序列"
+            "送进模型，前面位置的 K、V 一遍遍重算。" + _STEP, matches=_right_tokens_without_the_cache),
+    Mistake("返回的 token 里包括了提示词", "只返回新生成的 max_new_tokens 个 token：形状 [B, max_new_tokens]。",
+            matches=_returned_the_prompt),
+    Mistake("用了 argmax，没有抽样", "这一题是抽样：按 sampling_probs 给的概率随机抽一个 token，"
+            "不是每次都挑最可能的那个（那是 greedy_generate）。" + _DRAW, _loop(pick="argmax")),
+    Mistake("抽样时没有用给的 generator", "torch.multinomial 不传 generator=generator，就从 torch 的全局随机数里抽："
+            "同一个种子得不到同样的文字，评分也没法复现。" + _DRAW, _loop(own_generator=False)),
+    Mistake("每一步都重新给 generator 播种", "generator.manual_seed(...) 每一步都把随机数拨回起点，每一步抽到的随机数都一样。"
+            "generator 在调用前已经播好种，循环里直接用它。" + _DRAW, _loop(reseed=True)),
+    Mistake("从 generator 里多取了随机数", "抽出的 token 对了，可调用之后 generator 的状态和参考的不一样：除了每一步那一次 "
+            "torch.multinomial，代码还从 generator 里取过随机数（或多抽了一步）。" + _DRAW, matches=_extra_draws),
+    Mistake("抽样时没有把 temperature、top_k、top_p 交给 sampling_probs", "sample_generate 收到的 **sampling 要原样传下去："
+            "sampling_probs(logits[:, -1], **sampling)。", _loop(options=False)),
+    Mistake("解码时没有把缓存交给模型", _STEP + "不给 caches，模型看到的就只有这一个 token，前文全丢了。", _loop(cached=False)),
+    Mistake("取了第一个位置的 logits", "下一个 token 看的是最后一个位置的预测：logits[:, -1]，[B, T, vocab] 里 T 这一维取 −1。",
+            _loop(position=0)),
+)
+
+OUTPUT_NAMES = ("抽出的 token id [B, max_new_tokens]", "模型是否只读了一遍提示词、每个新 token 各一次（带缓存解码）",
+                "调用之后 generator 抽出的下一个随机数（每一步正好抽一次、不做别的用时，和参考一样）")
+
+EXERCISE = Exercise("sample_generate", 3, reference, cases, MISTAKES, output_names=OUTPUT_NAMES,
+                    call=call_sample_generate, uses=("LlamaAttention", "KVCache", "sampling_probs"))

@@ -1,0 +1,643 @@
+"""08_gated_deltanet: linear_attention, linear_attention_recurrent, delta_rule, gated_delta_rule,
+chunked_gated_delta_rule, causal_conv1d, Qwen35GatedDeltaNet.
+
+Qwen35GatedDeltaNet is taken to call the submission's own chunked_gated_delta_rule (in ``core``) and
+causal_conv1d (in ``convolve``), so a wrong one of those also lists Qwen35GatedDeltaNet. The notebook's solution
+cell for the layer holds GatedRMSNorm too: its mistakes list Qwen35GatedDeltaNet. GatedDeltaNetCache and
+l2_normalize are given by the notebook and copied here unchanged.
+"""
+from . import a01
+from .entry import Entry, patch
+
+ASSIGNMENT = "08_gated_deltanet"
+
+HEADER = a01.HEADER
+
+LINEAR = '''
+def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal linear attention, parallel form: o_t = sum_{j<=t} (q_t . k_j) v_j."""
+    seq = q.shape[-2]
+    scores = q @ k.transpose(-2, -1)
+    lower = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
+    scores = scores.masked_fill(~lower, 0.0)
+    return scores @ v
+'''
+
+RECURRENT = '''
+def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                               state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal linear attention as an RNN: S_t = S_{t-1} + k_t^T v_t, o_t = q_t S_t."""
+    work = torch.promote_types(q.dtype, torch.float32)
+    q32, k32, v32 = q.to(work), k.to(work), v.to(work)
+    if state is None:
+        S = torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1], dtype=work, device=q.device)
+    else:
+        S = state.to(work)
+    outs = []
+    for t in range(q.shape[-2]):
+        S = S + k32[..., t, :, None] * v32[..., t, None, :]
+        outs.append((q32[..., t, :, None] * S).sum(-2))
+    o = torch.stack(outs, dim=-2)
+    return o.to(q.dtype), S.to(q.dtype)
+'''
+
+DELTA = '''
+def delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
+               state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The delta rule: S_t = S_{t-1} + k_t^T (beta_t (v_t - k_t S_{t-1})), o_t = q_t S_t."""
+    work = torch.promote_types(q.dtype, torch.float32)
+    q32, k32, v32, b32 = q.to(work), k.to(work), v.to(work), beta.to(work)
+    if state is None:
+        S = torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1], dtype=work, device=q.device)
+    else:
+        S = state.to(work)
+    outs = []
+    for t in range(q.shape[-2]):
+        k_t = k32[..., t, :]
+        m = (k_t[..., :, None] * S).sum(-2)
+        delta = b32[..., t, None] * (v32[..., t, :] - m)
+        S = S + k_t[..., :, None] * delta[..., None, :]
+        outs.append((q32[..., t, :, None] * S).sum(-2))
+    o = torch.stack(outs, dim=-2)
+    return o.to(q.dtype), S.to(q.dtype)
+'''
+
+GATED = '''
+def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                     state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gated delta rule: S <- exp(g_t) S; delta = beta_t (v_t - k_t S); S <- S + k_t^T delta; o_t = q_t S."""
+    work = torch.promote_types(q.dtype, torch.float32)
+    q32, k32, v32 = q.to(work), k.to(work), v.to(work)
+    g32, b32 = g.to(work), beta.to(work)
+    if state is None:
+        S = torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1], dtype=work, device=q.device)
+    else:
+        S = state.to(work)
+    outs = []
+    for t in range(q.shape[-2]):
+        S = S * g32[..., t, None, None].exp()
+        k_t = k32[..., t, :]
+        m = (k_t[..., :, None] * S).sum(-2)
+        delta = b32[..., t, None] * (v32[..., t, :] - m)
+        S = S + k_t[..., :, None] * delta[..., None, :]
+        outs.append((q32[..., t, :, None] * S).sum(-2))
+    o = torch.stack(outs, dim=-2)
+    return o.to(q.dtype), S.to(q.dtype)
+'''
+
+CHUNKED = '''
+def chunked_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                             chunk_size: int = 64, state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """gated_delta_rule, chunk_size positions at a time (the UT transform inside a chunk, the state carried)."""
+    out_dtype = q.dtype
+    work = torch.promote_types(q.dtype, torch.float32)
+    q, k, v, g, beta = q.to(work), k.to(work), v.to(work), g.to(work), beta.to(work)
+    seq = q.shape[-2]
+    if state is None:
+        S = torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1], dtype=work, device=q.device)
+    else:
+        S = state.to(work)
+    outs = []
+    for start in range(0, seq, chunk_size):
+        part = slice(start, start + chunk_size)
+        q_c, k_c, v_c = q[..., part, :], k[..., part, :], v[..., part, :]
+        g_c, b_c = g[..., part], beta[..., part]
+        c = q_c.shape[-2]
+        gamma = g_c.cumsum(-1)
+        lower = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
+        decay = (gamma[..., :, None] - gamma[..., None, :]).masked_fill(~lower, float("-inf")).exp()
+        A = (b_c[..., :, None] * (k_c @ k_c.transpose(-2, -1)) * decay).tril(-1)
+        eye = torch.eye(c, dtype=work, device=q.device)
+        rhs = b_c[..., None] * (v_c - gamma.exp()[..., None] * (k_c @ S))
+        delta = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)
+        o_c = gamma.exp()[..., None] * (q_c @ S) + ((q_c @ k_c.transpose(-2, -1)) * decay) @ delta
+        last = gamma[..., -1]
+        S = last.exp()[..., None, None] * S + ((last[..., None] - gamma).exp()[..., None] * k_c).transpose(-2, -1) @ delta
+        outs.append(o_c)
+    return torch.cat(outs, dim=-2).to(out_dtype), S.to(out_dtype)
+'''
+
+CONV = '''
+def causal_conv1d(x: torch.Tensor, weight: torch.Tensor,
+                  conv_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Depthwise causal conv, no activation: y[b, c, t] = sum_j weight[c, 0, j] * x[b, c, t - (K-1) + j]."""
+    channels, kernel = x.shape[1], weight.shape[-1]
+    if conv_state is None:
+        conv_state = x.new_zeros(x.shape[0], channels, kernel - 1)
+    full = torch.cat([conv_state.to(x.dtype), x], dim=-1)
+    y = F.conv1d(full, weight.to(x.dtype), groups=channels)
+    return y, full[..., full.shape[-1] - (kernel - 1):]
+'''
+
+CACHE = '''
+class GatedDeltaNetCache:
+    """What one Gated DeltaNet layer carries from one call to the next, in place of a growing K/V.
+
+    conv_state [B, conv_dim, K-1]: the last K-1 inputs of the conv; recurrent_state [B, Hv, Dk, Dv]: the delta
+    rule's state. Both None in a new cache; update() replaces them.
+    """
+
+    def __init__(self):
+        self.conv_state = None
+        self.recurrent_state = None
+
+    def update(self, conv_state: torch.Tensor, recurrent_state: torch.Tensor) -> None:
+        self.conv_state, self.recurrent_state = conv_state, recurrent_state
+'''
+
+L2 = '''
+def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """x / sqrt(sum(x^2) + eps) over the last dim, as Hugging Face's (and FLA's) l2norm."""
+    return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps)
+'''
+
+NORM = '''
+class GatedRMSNorm(nn.Module):
+    """RMSNorm(o) * weight * SiLU(z) over the last dim; weight [dim] starts at ones; computed in float32."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        o32 = o.float()
+        normed = o32 * torch.rsqrt(o32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        normed = normed * self.weight.float() * F.silu(z.float())
+        return normed.to(o.dtype)
+'''
+
+LAYER = '''
+class Qwen35GatedDeltaNet(nn.Module):
+    """Qwen3.5's Gated DeltaNet layer, with Hugging Face's parameter names."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.hidden_size = config.hidden_size
+        self.num_k_heads = config.linear_num_key_heads
+        self.num_v_heads = config.linear_num_value_heads
+        self.head_k_dim = config.linear_key_head_dim
+        self.head_v_dim = config.linear_value_head_dim
+        self.kernel_size = config.linear_conv_kernel_dim
+        self.key_dim = self.num_k_heads * self.head_k_dim
+        self.value_dim = self.num_v_heads * self.head_v_dim
+        self.conv_dim = 2 * self.key_dim + self.value_dim
+        self.in_proj_qkv = nn.Linear(self.hidden_size, self.conv_dim, bias=False)
+        self.in_proj_z = nn.Linear(self.hidden_size, self.value_dim, bias=False)
+        self.in_proj_b = nn.Linear(self.hidden_size, self.num_v_heads, bias=False)
+        self.in_proj_a = nn.Linear(self.hidden_size, self.num_v_heads, bias=False)
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, self.kernel_size, groups=self.conv_dim,
+                                padding=self.kernel_size - 1, bias=False)
+        self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads))
+        self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
+        self.norm = GatedRMSNorm(self.head_v_dim, config.rms_norm_eps)
+        self.out_proj = nn.Linear(self.value_dim, self.hidden_size, bias=False)
+
+    def convolve(self, mixed: torch.Tensor, cache):
+        """Step 1: mixed [B, T, conv_dim] -> causal conv (from the cache's conv state) + SiLU -> (qkv, conv_state)."""
+        old_state = None if cache is None else cache.conv_state
+        y, conv_state = causal_conv1d(mixed.transpose(1, 2), self.conv1d.weight, old_state)
+        return F.silu(y).transpose(1, 2), conv_state
+
+    def heads(self, qkv: torch.Tensor):
+        """Step 2: qkv [B, T, conv_dim] -> q, k [B, Hv, T, Dk] (L2-normalised, q * Dk^-1/2), v [B, Hv, T, Dv]."""
+        q, k, v = qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        q = q.unflatten(-1, (self.num_k_heads, self.head_k_dim)).transpose(1, 2)
+        k = k.unflatten(-1, (self.num_k_heads, self.head_k_dim)).transpose(1, 2)
+        v = v.unflatten(-1, (self.num_v_heads, self.head_v_dim)).transpose(1, 2)
+        q = l2_normalize(q.float()) * self.head_k_dim ** -0.5
+        k = l2_normalize(k.float())
+        n_rep = self.num_v_heads // self.num_k_heads
+        q = q.repeat_interleave(n_rep, dim=1).to(qkv.dtype)
+        k = k.repeat_interleave(n_rep, dim=1).to(qkv.dtype)
+        return q, k, v
+
+    def gates(self, x: torch.Tensor):
+        """Step 3: x [B, T, d] -> beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias), [B, Hv, T] each."""
+        beta = torch.sigmoid(self.in_proj_b(x)).transpose(1, 2)
+        a = self.in_proj_a(x).float()
+        g = -self.A_log.float().exp() * F.softplus(a + self.dt_bias.float())
+        return beta, g.transpose(1, 2)
+
+    def core(self, q, k, v, g, beta, cache):
+        """Step 4: the chunked gated delta rule from the cache's state, in float32 -> (o [B, Hv, T, Dv], state)."""
+        initial = None if cache is None else cache.recurrent_state
+        o, state = chunked_gated_delta_rule(q.float(), k.float(), v.float(), g.float(), beta.float(), state=initial)
+        return o.to(v.dtype), state
+
+    def output(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Step 5: norm(o, z) per value head with z = in_proj_z(x), heads merged, out_proj -> [B, T, d]."""
+        z = self.in_proj_z(x).unflatten(-1, (self.num_v_heads, self.head_v_dim))
+        o = self.norm(o.transpose(1, 2), z)
+        return self.out_proj(o.flatten(2))
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None, cache=None):
+        seq = x.shape[1]
+        if attention_mask is not None:
+            x = x * attention_mask[:, -seq:, None].to(x.dtype)  # padding positions write nothing
+        qkv, conv_state = self.convolve(self.in_proj_qkv(x), cache)
+        q, k, v = self.heads(qkv)
+        beta, g = self.gates(x)
+        o, state = self.core(q, k, v, g, beta, cache)
+        if cache is not None:
+            cache.update(conv_state, state)
+        return self.output(o, x), cache
+'''
+
+CORRECT = {"linear_attention": LINEAR, "linear_attention_recurrent": RECURRENT, "delta_rule": DELTA,
+           "gated_delta_rule": GATED, "chunked_gated_delta_rule": CHUNKED, "causal_conv1d": CONV,
+           "GatedDeltaNetCache": CACHE, "l2_normalize": L2, "GatedRMSNorm": NORM, "Qwen35GatedDeltaNet": LAYER}
+
+LA, LR, DR, GD = "linear_attention", "linear_attention_recurrent", "delta_rule", "gated_delta_rule"
+CH, CV, NM, L = "chunked_gated_delta_rule", "causal_conv1d", "GatedRMSNorm", "Qwen35GatedDeltaNet"
+
+# ---- reusable mistaken definitions (also used by the double entries) ----
+LA_STRICT = patch(LINEAR, ("dtype=torch.bool, device=q.device).tril()", "dtype=torch.bool, device=q.device).tril(-1)"))
+LR_READ_FIRST = patch(RECURRENT, (
+    "        S = S + k32[..., t, :, None] * v32[..., t, None, :]\n"
+    "        outs.append((q32[..., t, :, None] * S).sum(-2))\n",
+    "        outs.append((q32[..., t, :, None] * S).sum(-2))\n"
+    "        S = S + k32[..., t, :, None] * v32[..., t, None, :]\n"))
+GD_TIMES_G = patch(GATED, ("S = S * g32[..., t, None, None].exp()", "S = S * g32[..., t, None, None]"))
+CH_NO_CARRY = patch(CHUNKED, (
+    "        rhs = b_c[..., None] * (v_c - gamma.exp()[..., None] * (k_c @ S))\n"
+    "        delta = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)\n"
+    "        o_c = gamma.exp()[..., None] * (q_c @ S) + ((q_c @ k_c.transpose(-2, -1)) * decay) @ delta\n"
+    "        last = gamma[..., -1]\n"
+    "        S = last.exp()[..., None, None] * S + ",
+    "        rhs = b_c[..., None] * (v_c - gamma.exp()[..., None] * (k_c @ S0))\n"
+    "        delta = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)\n"
+    "        o_c = gamma.exp()[..., None] * (q_c @ S0) + ((q_c @ k_c.transpose(-2, -1)) * decay) @ delta\n"
+    "        last = gamma[..., -1]\n"
+    "        S = last.exp()[..., None, None] * S0 + "),
+    ("    outs = []\n", "    S0 = S\n    outs = []\n"))
+CV_SAME_PADDING = '''
+def causal_conv1d(x: torch.Tensor, weight: torch.Tensor,
+                  conv_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Depthwise causal conv, no activation: y[b, c, t] = sum_j weight[c, 0, j] * x[b, c, t - (K-1) + j]."""
+    channels, kernel = x.shape[1], weight.shape[-1]
+    if conv_state is None:
+        conv_state = x.new_zeros(x.shape[0], channels, kernel - 1)
+    y = F.conv1d(x, weight.to(x.dtype), groups=channels, padding="same")
+    full = torch.cat([conv_state.to(x.dtype), x], dim=-1)
+    return y, full[..., full.shape[-1] - (kernel - 1):]
+'''
+L_REPEAT_TILED = patch(LAYER, (
+    "        q = q.repeat_interleave(n_rep, dim=1).to(qkv.dtype)\n"
+    "        k = k.repeat_interleave(n_rep, dim=1).to(qkv.dtype)\n",
+    "        q = q.repeat(1, n_rep, 1, 1).to(qkv.dtype)\n"
+    "        k = k.repeat(1, n_rep, 1, 1).to(qkv.dtype)\n"))
+NM_SIGMOID = patch(NORM, ("F.silu(z.float())", "torch.sigmoid(z.float())"))
+
+ENTRIES = [
+    # ---- linear_attention ----
+    Entry("08-la-strict-lower", "single",
+          "linear_attention masks with tril(-1), dropping the diagonal, so position t does not see its own key "
+          "and value (o_0 is 0)",
+          {LA: LA_STRICT},
+          (LA,)),
+    Entry("08-la-scaled-by-sqrt-dk", "single",
+          "linear_attention divides the scores q k^T by sqrt(Dk), as in softmax attention, although linear "
+          "attention uses the plain dot products",
+          {LA: patch(LINEAR, ("scores = q @ k.transpose(-2, -1)", "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])"))},
+          (LA,)),
+    Entry("08-la-softmax-habit", "single",
+          "linear_attention fills the future with -inf and takes a softmax over the scores, i.e. computes "
+          "ordinary (unscaled) softmax attention instead of weighting v by the raw dot products",
+          {LA: patch(LINEAR, ("    scores = scores.masked_fill(~lower, 0.0)\n    return scores @ v\n",
+                              "    scores = scores.masked_fill(~lower, float(\"-inf\"))\n"
+                              "    return torch.softmax(scores, dim=-1) @ v\n"))},
+          (LA,)),
+    # ---- linear_attention_recurrent ----
+    Entry("08-lar-read-before-write", "single",
+          "linear_attention_recurrent reads o_t = q_t S before adding k_t^T v_t, so position t does not see "
+          "itself (o_t = q_t S_{t-1})",
+          {LR: LR_READ_FIRST},
+          (LR,)),
+    Entry("08-lar-state-transposed", "single",
+          "linear_attention_recurrent keeps the state as v^T k, [B, H, Dv, Dk] (and reads it as S q_t), instead "
+          "of [B, H, Dk, Dv] = sum k_t^T v_t; the outputs agree but the returned state is transposed and a "
+          "correct [Dk, Dv] state passed in is misread",
+          {LR: patch(RECURRENT,
+                     ("torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1],", "torch.zeros(*k.shape[:-2], v.shape[-1], k.shape[-1],"),
+                     ("S = S + k32[..., t, :, None] * v32[..., t, None, :]", "S = S + v32[..., t, :, None] * k32[..., t, None, :]"),
+                     ("outs.append((q32[..., t, :, None] * S).sum(-2))", "outs.append((S * q32[..., t, None, :]).sum(-1))"))},
+          (LR,)),
+    Entry("08-lar-ignores-state", "single",
+          "linear_attention_recurrent always starts from a zero state and ignores the state argument, so "
+          "continuing from a returned state restarts the memory",
+          {LR: patch(RECURRENT, ("    if state is None:\n        S = torch.zeros", "    if True:\n        S = torch.zeros"))},
+          (LR,)),
+    Entry("08-lar-state-in-place", "single",
+          "linear_attention_recurrent adds k_t^T v_t to the state in place (S += ...), and S is the caller's "
+          "float32 state tensor itself, so the state passed in is overwritten with the final state",
+          {LR: patch(RECURRENT, ("S = S + k32[..., t, :, None] * v32[..., t, None, :]", "S += k32[..., t, :, None] * v32[..., t, None, :]"))},
+          (LR,)),
+    Entry("08-lar-state-not-cast-back", "single",
+          "linear_attention_recurrent returns o in q's dtype but the state in float32 (it forgets to cast the "
+          "state back), so bfloat16 inputs give a float32 state",
+          {LR: patch(RECURRENT, ("return o.to(q.dtype), S.to(q.dtype)", "return o.to(q.dtype), S"))},
+          (LR,)),
+    # ---- delta_rule ----
+    Entry("08-delta-beta-on-v-only", "single",
+          "delta_rule multiplies only v_t by beta: delta = beta_t v_t - k_t S instead of beta_t (v_t - k_t S)",
+          {DR: patch(DELTA, ("delta = b32[..., t, None] * (v32[..., t, :] - m)", "delta = b32[..., t, None] * v32[..., t, :] - m"))},
+          (DR,)),
+    Entry("08-delta-read-before-write", "single",
+          "delta_rule reads o_t = q_t S before writing the correction, so o_t uses S_{t-1}",
+          {DR: patch(DELTA, (
+              "        S = S + k_t[..., :, None] * delta[..., None, :]\n"
+              "        outs.append((q32[..., t, :, None] * S).sum(-2))\n",
+              "        outs.append((q32[..., t, :, None] * S).sum(-2))\n"
+              "        S = S + k_t[..., :, None] * delta[..., None, :]\n"))},
+          (DR,)),
+    Entry("08-delta-reads-with-q", "single",
+          "delta_rule reads what is already stored with the query, m = q_t S, instead of with the key, m = k_t S",
+          {DR: patch(DELTA, ("m = (k_t[..., :, None] * S).sum(-2)", "m = (q32[..., t, :, None] * S).sum(-2)"))},
+          (DR,)),
+    # ---- gated_delta_rule ----
+    Entry("08-gated-times-g", "single",
+          "gated_delta_rule multiplies the state by g_t instead of exp(g_t) (g is the log of the decay)",
+          {GD: GD_TIMES_G},
+          (GD,)),
+    Entry("08-gated-exp-minus-g", "single",
+          "gated_delta_rule multiplies the state by exp(-g_t), growing it, instead of exp(g_t)",
+          {GD: patch(GATED, ("S = S * g32[..., t, None, None].exp()", "S = S * (-g32[..., t, None, None]).exp()"))},
+          (GD,)),
+    Entry("08-gated-decay-after-read", "single",
+          "gated_delta_rule reads m = k_t S from the undecayed state and only then decays S before writing, so "
+          "the correction beta_t (v_t - k_t S_{t-1}) ignores the decay",
+          {GD: patch(GATED, (
+              "        S = S * g32[..., t, None, None].exp()\n"
+              "        k_t = k32[..., t, :]\n"
+              "        m = (k_t[..., :, None] * S).sum(-2)\n",
+              "        k_t = k32[..., t, :]\n"
+              "        m = (k_t[..., :, None] * S).sum(-2)\n"
+              "        S = S * g32[..., t, None, None].exp()\n"))},
+          (GD,)),
+    Entry("08-gated-decay-at-end", "single",
+          "gated_delta_rule decays the state at the end of each step (after the write and the read of o_t) "
+          "instead of first, so step t reads and writes with exp(g_{t-1}) and the returned state is decayed once "
+          "more",
+          {GD: patch(GATED, (
+              "        S = S * g32[..., t, None, None].exp()\n"
+              "        k_t = k32[..., t, :]\n",
+              "        k_t = k32[..., t, :]\n"),
+              ("        outs.append((q32[..., t, :, None] * S).sum(-2))\n",
+               "        outs.append((q32[..., t, :, None] * S).sum(-2))\n"
+               "        S = S * g32[..., t, None, None].exp()\n"))},
+          (GD,)),
+    # ---- chunked_gated_delta_rule ----
+    Entry("08-chunk-no-state-carry", "cascade",
+          "chunked_gated_delta_rule starts every chunk from the initial state instead of the state left by the "
+          "previous chunk (it computes S but never uses the updated S in the next chunk)",
+          {CH: CH_NO_CARRY},
+          (CH, L)),
+    Entry("08-chunk-drops-last-partial", "raises",
+          "chunked_gated_delta_rule loops over T // chunk_size chunks, so the last partial chunk is dropped (and "
+          "T < chunk_size gives no chunk at all: torch.cat of an empty list)",
+          {CH: patch(CHUNKED, ("    for start in range(0, seq, chunk_size):\n",
+                               "    for i in range(seq // chunk_size):\n        start = i * chunk_size\n"))},
+          (CH, L)),
+    Entry("08-chunk-global-cumsum", "cascade",
+          "chunked_gated_delta_rule takes gamma = g.cumsum(-1) over the whole sequence once and slices it per "
+          "chunk, so in every chunk after the first exp(gamma) also contains the earlier chunks' decay, which the "
+          "carried state already has",
+          {CH: patch(CHUNKED, ("        gamma = g_c.cumsum(-1)\n", "        gamma = g_all[..., part]\n"),
+                     ("    outs = []\n", "    g_all = g.cumsum(-1)\n    outs = []\n"))},
+          (CH, L)),
+    Entry("08-chunk-exp-before-subtract", "cascade",
+          "chunked_gated_delta_rule computes the decay as exp(gamma_t) * exp(-gamma_j) instead of "
+          "exp(gamma_t - gamma_j); for strongly negative g, exp(-gamma_j) overflows to inf and the output is NaN",
+          {CH: patch(CHUNKED, (
+              "decay = (gamma[..., :, None] - gamma[..., None, :]).masked_fill(~lower, float(\"-inf\")).exp()",
+              "decay = (gamma.exp()[..., :, None] * (-gamma).exp()[..., None, :]).masked_fill(~lower, 0.0)"))},
+          (CH, L)),
+    Entry("08-chunk-mask-after-exp", "cascade",
+          "chunked_gated_delta_rule takes exp(gamma_t - gamma_j) first and then multiplies by the 0/1 lower "
+          "mask; above the diagonal the difference is positive, exp overflows to inf for strongly negative g "
+          "and inf * 0 = NaN",
+          {CH: patch(CHUNKED, (
+              "decay = (gamma[..., :, None] - gamma[..., None, :]).masked_fill(~lower, float(\"-inf\")).exp()",
+              "decay = (gamma[..., :, None] - gamma[..., None, :]).exp() * lower"))},
+          (CH, L)),
+    Entry("08-chunk-solve-with-diagonal", "cascade",
+          "chunked_gated_delta_rule keeps the diagonal in A (tril() instead of tril(-1)) and solves (I + A) "
+          "Delta = rhs with torch.linalg.solve, so the diagonal is 1 + beta_t |k_t|^2 instead of 1",
+          {CH: patch(CHUNKED, (
+              "A = (b_c[..., :, None] * (k_c @ k_c.transpose(-2, -1)) * decay).tril(-1)",
+              "A = (b_c[..., :, None] * (k_c @ k_c.transpose(-2, -1)) * decay).tril()"),
+              ("delta = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)",
+               "delta = torch.linalg.solve(eye + A, rhs)"))},
+          (CH, L)),
+    Entry("08-chunk-rhs-no-decay", "cascade",
+          "chunked_gated_delta_rule's right-hand side is beta (V - K S0) without the decay exp(gamma_t) on K S0, "
+          "so the correction reads the undecayed chunk-start state",
+          {CH: patch(CHUNKED, ("rhs = b_c[..., None] * (v_c - gamma.exp()[..., None] * (k_c @ S))",
+                               "rhs = b_c[..., None] * (v_c - k_c @ S)"))},
+          (CH, L)),
+    Entry("08-chunk-state-update-no-row-decay", "cascade",
+          "chunked_gated_delta_rule updates the state with K^T Delta instead of (exp(gamma_c - gamma) K)^T Delta, "
+          "forgetting that earlier positions of the chunk decay until its end",
+          {CH: patch(CHUNKED, ("((last[..., None] - gamma).exp()[..., None] * k_c).transpose(-2, -1) @ delta",
+                               "k_c.transpose(-2, -1) @ delta"))},
+          (CH, L)),
+    Entry("08-chunk-output-strict-mask", "cascade",
+          "chunked_gated_delta_rule uses the strictly lower part of the decay (tril(-1)) in the intra-chunk "
+          "output (Q K^T * decay) Delta, so position t misses its own correction delta_t",
+          {CH: patch(CHUNKED, ("((q_c @ k_c.transpose(-2, -1)) * decay) @ delta",
+                               "((q_c @ k_c.transpose(-2, -1)) * decay).tril(-1) @ delta"))},
+          (CH, L)),
+    Entry("08-chunk-no-float32", "raises",
+          "chunked_gated_delta_rule computes in the input dtype instead of float32, and "
+          "torch.linalg.solve_triangular has no bfloat16 kernel, so bfloat16 input raises (the layer passes "
+          "float32 and is unaffected)",
+          {CH: patch(CHUNKED, ("work = torch.promote_types(q.dtype, torch.float32)", "work = q.dtype"))},
+          (CH,)),
+    # ---- causal_conv1d ----
+    Entry("08-conv-same-padding", "cascade",
+          "causal_conv1d convolves x alone with padding='same' (symmetric zero padding), so position t sees "
+          "inputs after t, and the conv state passed in is never used",
+          {CV: CV_SAME_PADDING},
+          (CV, L)),
+    Entry("08-conv-pad-wrong-end", "cascade",
+          "causal_conv1d uses F.conv1d(x, weight, padding=K-1) (both sides) and keeps the last T outputs "
+          "instead of the first T, so y_t uses x_{t+K-1} and the conv state is never used",
+          {CV: '''
+def causal_conv1d(x: torch.Tensor, weight: torch.Tensor,
+                  conv_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Depthwise causal conv, no activation: y[b, c, t] = sum_j weight[c, 0, j] * x[b, c, t - (K-1) + j]."""
+    channels, kernel = x.shape[1], weight.shape[-1]
+    if conv_state is None:
+        conv_state = x.new_zeros(x.shape[0], channels, kernel - 1)
+    seq = x.shape[-1]
+    y = F.conv1d(x, weight.to(x.dtype), groups=channels, padding=kernel - 1)[..., -seq:]
+    full = torch.cat([conv_state.to(x.dtype), x], dim=-1)
+    return y, full[..., -(kernel - 1):]
+'''},
+          (CV, L)),
+    Entry("08-conv-flipped-kernel", "cascade",
+          "causal_conv1d flips the kernel (weight.flip(-1), believing F.conv1d needs a true convolution), so "
+          "weight[c, 0, 0] multiplies the current input instead of weight[c, 0, K-1]",
+          {CV: patch(CONV, ("y = F.conv1d(full, weight.to(x.dtype), groups=channels)",
+                            "y = F.conv1d(full, weight.flip(-1).to(x.dtype), groups=channels)"))},
+          (CV, L)),
+    Entry("08-conv-state-from-x-only", "raises",
+          "causal_conv1d's new conv_state is the last K-1 columns of x alone instead of old state + x, so for "
+          "T < K-1 it is too short (and keeps nothing of the old state) and the next call fails",
+          {CV: patch(CONV, ("return y, full[..., full.shape[-1] - (kernel - 1):]", "return y, x[..., -(kernel - 1):]"))},
+          (CV, L)),
+    Entry("08-conv-state-not-advanced", "cascade",
+          "causal_conv1d returns the conv_state it was given (zeros when None) instead of the last K-1 inputs, "
+          "so the cache never advances",
+          {CV: patch(CONV, ("return y, full[..., full.shape[-1] - (kernel - 1):]", "return y, conv_state"))},
+          (CV, L)),
+    Entry("08-conv-float32-output", "cascade",
+          "causal_conv1d convolves in float32 (x.float(), weight.float()) and forgets to cast back, so "
+          "bfloat16 input gives float32 output and state (and a bfloat16 layer then feeds float32 into its "
+          "bfloat16 out_proj)",
+          {CV: patch(CONV, ("    full = torch.cat([conv_state.to(x.dtype), x], dim=-1)\n"
+                            "    y = F.conv1d(full, weight.to(x.dtype), groups=channels)\n",
+                            "    full = torch.cat([conv_state.float(), x.float()], dim=-1)\n"
+                            "    y = F.conv1d(full, weight.float(), groups=channels)\n"))},
+          (CV, L)),
+    # ---- Qwen35GatedDeltaNet (and its GatedRMSNorm) ----
+    Entry("08-layer-repeat-tiled", "single",
+          "Qwen35GatedDeltaNet shares key heads with repeat(1, n_rep, 1, 1) (value head h reads key head "
+          "h % Hk) instead of repeat_interleave (h // (Hv / Hk))",
+          {L: L_REPEAT_TILED},
+          (L,)),
+    Entry("08-layer-q-not-scaled", "single",
+          "Qwen35GatedDeltaNet L2-normalises q but never multiplies it by Dk^-1/2",
+          {L: patch(LAYER, ("q = l2_normalize(q.float()) * self.head_k_dim ** -0.5", "q = l2_normalize(q.float())"))},
+          (L,)),
+    Entry("08-layer-l2-over-all-heads", "single",
+          "Qwen35GatedDeltaNet L2-normalises q and k over all Hk*Dk features before splitting them into heads, "
+          "instead of per head over Dk",
+          {L: patch(LAYER, (
+              "        q, k, v = qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)\n",
+              "        q, k, v = qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)\n"
+              "        q = l2_normalize(q.float()).to(qkv.dtype)\n        k = l2_normalize(k.float()).to(qkv.dtype)\n"),
+              ("        q = l2_normalize(q.float()) * self.head_k_dim ** -0.5\n        k = l2_normalize(k.float())\n",
+               "        q = q.float() * self.head_k_dim ** -0.5\n        k = k.float()\n"))},
+          (L,)),
+    Entry("08-layer-l2-without-eps", "single",
+          "Qwen35GatedDeltaNet normalises q and k as x / x.norm(dim=-1) without the eps of l2_normalize, so the "
+          "all-zero q and k of padded positions become NaN (0/0) and poison the state",
+          {L: patch(LAYER, ("        q = l2_normalize(q.float()) * self.head_k_dim ** -0.5\n        k = l2_normalize(k.float())\n",
+                            "        q = q.float() / q.float().norm(dim=-1, keepdim=True) * self.head_k_dim ** -0.5\n"
+                            "        k = k.float() / k.float().norm(dim=-1, keepdim=True)\n"))},
+          (L,)),
+    Entry("08-layer-heads-reshape-no-transpose", "single",
+          "Qwen35GatedDeltaNet splits heads with reshape(B, H, T, D) directly on [B, T, H*D] instead of "
+          "unflatten to [B, T, H, D] and transpose, mixing positions and heads",
+          {L: patch(LAYER, (
+              "        q = q.unflatten(-1, (self.num_k_heads, self.head_k_dim)).transpose(1, 2)\n"
+              "        k = k.unflatten(-1, (self.num_k_heads, self.head_k_dim)).transpose(1, 2)\n"
+              "        v = v.unflatten(-1, (self.num_v_heads, self.head_v_dim)).transpose(1, 2)\n",
+              "        batch, seq = qkv.shape[:2]\n"
+              "        q = q.reshape(batch, self.num_k_heads, seq, self.head_k_dim)\n"
+              "        k = k.reshape(batch, self.num_k_heads, seq, self.head_k_dim)\n"
+              "        v = v.reshape(batch, self.num_v_heads, seq, self.head_v_dim)\n"))},
+          (L,)),
+    Entry("08-layer-no-silu-after-conv", "single",
+          "Qwen35GatedDeltaNet's convolve returns the causal conv output without the SiLU",
+          {L: patch(LAYER, ("return F.silu(y).transpose(1, 2), conv_state", "return y.transpose(1, 2), conv_state"))},
+          (L,)),
+    Entry("08-layer-silu-before-conv", "single",
+          "Qwen35GatedDeltaNet applies SiLU to in_proj_qkv's output before the conv instead of after it",
+          {L: patch(LAYER, (
+              "y, conv_state = causal_conv1d(mixed.transpose(1, 2), self.conv1d.weight, old_state)\n"
+              "        return F.silu(y).transpose(1, 2), conv_state",
+              "y, conv_state = causal_conv1d(F.silu(mixed).transpose(1, 2), self.conv1d.weight, old_state)\n"
+              "        return y.transpose(1, 2), conv_state"))},
+          (L,)),
+    Entry("08-layer-own-conv-module", "single",
+          "Qwen35GatedDeltaNet's convolve calls self.conv1d (padding K-1 on both sides, first T outputs) instead "
+          "of causal_conv1d with the cached conv state, so cached decoding starts every call from zeros",
+          {L: patch(LAYER, (
+              "        old_state = None if cache is None else cache.conv_state\n"
+              "        y, conv_state = causal_conv1d(mixed.transpose(1, 2), self.conv1d.weight, old_state)\n",
+              "        seq = mixed.shape[1]\n"
+              "        y = self.conv1d(mixed.transpose(1, 2))[..., :seq]\n"
+              "        conv_state = F.pad(mixed.transpose(1, 2), (self.kernel_size - 1, 0))[..., -(self.kernel_size - 1):]\n"))},
+          (L,)),
+    Entry("08-layer-dt-bias-outside-softplus", "single",
+          "Qwen35GatedDeltaNet adds dt_bias after the softplus: g = -exp(A_log) * (softplus(a) + dt_bias) "
+          "instead of softplus(a + dt_bias)",
+          {L: patch(LAYER, ("F.softplus(a + self.dt_bias.float())", "(F.softplus(a) + self.dt_bias.float())"))},
+          (L,)),
+    Entry("08-layer-a-log-not-exp", "single",
+          "Qwen35GatedDeltaNet uses A = -A_log instead of -exp(A_log), so g = -A_log * softplus(a + dt_bias) "
+          "(zero at A_log = 0, and positive, growing, for negative A_log)",
+          {L: patch(LAYER, ("g = -self.A_log.float().exp() * F.softplus", "g = -self.A_log.float() * F.softplus"))},
+          (L,)),
+    Entry("08-layer-g-sign", "single",
+          "Qwen35GatedDeltaNet drops the minus sign: g = exp(A_log) * softplus(a + dt_bias) > 0, so the state "
+          "grows at every step instead of decaying",
+          {L: patch(LAYER, ("g = -self.A_log.float().exp() * F.softplus", "g = self.A_log.float().exp() * F.softplus"))},
+          (L,)),
+    Entry("08-layer-a-b-swapped", "single",
+          "Qwen35GatedDeltaNet swaps the two projections: beta = sigmoid(in_proj_a(x)) and g from in_proj_b(x)",
+          {L: patch(LAYER, ("beta = torch.sigmoid(self.in_proj_b(x)).transpose(1, 2)", "beta = torch.sigmoid(self.in_proj_a(x)).transpose(1, 2)"),
+                    ("a = self.in_proj_a(x).float()", "a = self.in_proj_b(x).float()"))},
+          (L,)),
+    Entry("08-layer-core-ignores-cache", "single",
+          "Qwen35GatedDeltaNet's core always starts the delta rule from a zero state instead of the cache's "
+          "recurrent_state, so cached decoding forgets everything before the current call",
+          {L: patch(LAYER, ("state=initial)", "state=None)"))},
+          (L,)),
+    Entry("08-layer-o-not-cast-back", "raises",
+          "Qwen35GatedDeltaNet's core returns the float32 output of the delta rule without casting it back to "
+          "v's dtype, so in a bfloat16 layer the float32 norm output meets the bfloat16 out_proj",
+          {L: patch(LAYER, ("return o.to(v.dtype), state", "return o, state"))},
+          (L,)),
+    Entry("08-layer-merge-without-transpose", "single",
+          "Qwen35GatedDeltaNet's output reshapes o [B, Hv, T, Dv] straight to [B, T, Hv, Dv] without moving "
+          "the heads after time, mixing positions and heads",
+          {L: patch(LAYER, ("o = self.norm(o.transpose(1, 2), z)", "o = self.norm(o.reshape(z.shape), z)"))},
+          (L,)),
+    Entry("08-norm-sigmoid-gate", "single",
+          "GatedRMSNorm gates with sigmoid(z) (as the output gate of 05) instead of SiLU(z) = z sigmoid(z)",
+          {NM: NM_SIGMOID},
+          (L,)),
+    Entry("08-norm-zero-centered", "single",
+          "GatedRMSNorm is written like 06's ZeroCenteredRMSNorm: weight starts at zeros and the norm "
+          "multiplies by (1 + weight), so checkpoint weights scale by 1 + w instead of w",
+          {NM: patch(NORM, ("self.weight = nn.Parameter(torch.ones(dim))", "self.weight = nn.Parameter(torch.zeros(dim))"),
+                     ("normed * self.weight.float() *", "normed * (1.0 + self.weight.float()) *"))},
+          (L,)),
+    Entry("08-norm-over-all-heads", "raises",
+          "Qwen35GatedDeltaNet merges the heads before the norm and calls norm on [B, T, Hv*Dv], normalising over "
+          "all heads; the [Dv] weight does not broadcast against Hv*Dv features",
+          {L: patch(LAYER, (
+              "        z = self.in_proj_z(x).unflatten(-1, (self.num_v_heads, self.head_v_dim))\n"
+              "        o = self.norm(o.transpose(1, 2), z)\n"
+              "        return self.out_proj(o.flatten(2))\n",
+              "        z = self.in_proj_z(x)\n"
+              "        o = self.norm(o.transpose(1, 2).flatten(2), z)\n"
+              "        return self.out_proj(o)\n"))},
+          (L,)),
+    # ---- two mistakes ----
+    Entry("08-double-strict-mask-and-read-first", "double",
+          "two mistakes: linear_attention masks with tril(-1) (no diagonal), and linear_attention_recurrent reads "
+          "o_t before adding k_t^T v_t; both leave out position t itself",
+          {LA: LA_STRICT, LR: LR_READ_FIRST},
+          (LA, LR)),
+    Entry("08-double-times-g-and-no-carry", "double",
+          "two mistakes: gated_delta_rule multiplies the state by g_t instead of exp(g_t), and "
+          "chunked_gated_delta_rule starts every chunk from the initial state instead of the carried one",
+          {GD: GD_TIMES_G, CH: CH_NO_CARRY},
+          (GD, CH, L)),
+    Entry("08-double-same-padding-and-tiled-heads", "double",
+          "two mistakes: causal_conv1d uses symmetric 'same' padding (sees the future), and Qwen35GatedDeltaNet "
+          "shares key heads with repeat instead of repeat_interleave",
+          {CV: CV_SAME_PADDING, L: L_REPEAT_TILED},
+          (CV, L)),
+    Entry("08-double-sigmoid-gate-and-no-scale", "double",
+          "two mistakes in the layer: GatedRMSNorm gates with sigmoid(z) instead of SiLU(z), and q is never "
+          "multiplied by Dk^-1/2",
+          {NM: NM_SIGMOID,
+           L: patch(LAYER, ("q = l2_normalize(q.float()) * self.head_k_dim ** -0.5", "q = l2_normalize(q.float())"))},
+          (L,)),
+]

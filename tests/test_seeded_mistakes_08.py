@@ -1,0 +1,68 @@
+"""The graders of 08 pass on correct student code (more than one way of writing it), fail on the stubs with the
+one-line message, and name seeded mistakes written independently of their catalogue. Assignment 08 is not
+registered yet: the exercises come from their check modules."""
+import pytest
+
+from autograder.engine.checks import (
+    causal_conv1d,
+    chunked_gated_delta_rule,
+    delta_rule,
+    gated_delta_rule,
+    linear_attention,
+    linear_attention_recurrent,
+    qwen35_gated_deltanet,
+)
+from autograder.engine.exercise import NOT_IMPLEMENTED, grade
+from autograder.engine.student_code import Cell
+from tests import student_code_08 as student
+
+EXERCISES = [module.EXERCISE for module in (linear_attention, linear_attention_recurrent, delta_rule, gated_delta_rule,
+                                            chunked_gated_delta_rule, causal_conv1d, qwen35_gated_deltanet)]
+
+
+def _code(source: str):
+    return [Cell("代码单元 #1", source)]
+
+
+def _exercise(name: str):
+    return next(e for e in EXERCISES if e.name == name)
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=[e.name for e in EXERCISES])
+def test_correct_student_code_passes(exercise):
+    verdict = grade(exercise, _code(student.notebook_code()))
+    assert verdict.passed, verdict.message
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=[e.name for e in EXERCISES])
+def test_stub_fails_as_not_implemented(exercise):
+    verdict = grade(exercise, _code(student.notebook_code({exercise.name: student.STUBS[exercise.name]})))
+    assert not verdict.passed
+    assert verdict.message == NOT_IMPLEMENTED
+
+
+@pytest.mark.parametrize("name, how, source", student.OTHER_CORRECT, ids=[f"{m[0]}-{m[1]}" for m in student.OTHER_CORRECT])
+def test_other_correct_code_passes(name, how, source):
+    verdict = grade(_exercise(name), _code(student.notebook_code({name: source})))
+    assert verdict.passed, verdict.message
+
+
+@pytest.mark.parametrize("name, named, source", student.MISTAKES, ids=[f"{m[0]}-{m[1]}" for m in student.MISTAKES])
+def test_seeded_mistake_is_named(name, named, source):
+    verdict = grade(_exercise(name), _code(student.notebook_code({name: source})))
+    assert not verdict.passed
+    assert named in verdict.summary, verdict.message
+    assert named in verdict.mistake
+    assert "用例：" in verdict.message
+
+
+def test_every_grader_has_a_seeded_mistake():
+    assert {name for name, _, _ in student.MISTAKES} == set(student.CORRECT) == set(student.STUBS) \
+        == {e.name for e in EXERCISES}
+
+
+def test_every_named_mistake_has_a_seeded_test():
+    seeded = {(name, named) for name, named, _ in student.MISTAKES}
+    for exercise in EXERCISES:
+        for mistake in exercise.mistakes:
+            assert any(name == exercise.name and named in mistake.name for name, named in seeded), mistake.name
