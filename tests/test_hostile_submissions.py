@@ -92,6 +92,7 @@ def attention_scores(q, k):
     "the reference through the garbage collector": ('''
 import gc
 def attention_scores(q, k):
+    gc.unfreeze()  # the fork server's objects are frozen out of gc.get_objects() until then
     for thing in gc.get_objects():
         if callable(thing) and getattr(thing, "__module__", "") == "solutions.attention_basics":
             return thing(q, k)
@@ -395,9 +396,11 @@ def test_the_fork_server_holds_no_answer():
     """What a run finds in memory: the code that calls it, never a reference, a check or a known mistake."""
     from autograder.engine.protocols import Case
 
+    # The fork server freezes what it loaded (gc.freeze): a spy unfreezes it to see everything.
     spy = '''
 import gc, types
 def look(x):
+    gc.unfreeze()
     return [m.__name__ for m in gc.get_objects() if isinstance(m, types.ModuleType)
             and m.__name__.startswith(("autograder", "solutions"))]
 '''

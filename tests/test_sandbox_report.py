@@ -446,6 +446,7 @@ def test_a_student_who_raises_it_outside_the_model_just_fails():
     attack = '''
 import gc
 def attention_scores(q, k):
+    gc.unfreeze()  # what the fork server loaded is frozen out of gc.get_objects() until then
     found = [c for c in gc.get_objects() if isinstance(c, type) and c.__name__ == "GraderProblem"]
     raise found[0]("评分环境出了问题")
 '''
