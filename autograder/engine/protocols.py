@@ -127,16 +127,23 @@ def _decode(step, cache, x, attention_mask, steps, values: bool = False) -> tupl
         return update(*parts, **named)
 
     cache.update = recording_update
+    found = _feed(step, cache, x, attention_mask, steps, "update 就地追加"), len(cache), torch.tensor(stored, dtype=torch.long)
+    return (*found, _handed(handed)) if values else found
+
+
+def _feed(step, cache, x, attention_mask, steps, in_place: str) -> torch.Tensor:
+    """``step(x, attention_mask=..., cache=cache)`` on ``x`` in chunks of ``steps`` positions, each call seeing the
+    mask's columns up to its last position: the outputs joined along the sequence. ``in_place`` says, in the
+    message for a step that returns another cache, how the cache changes."""
     outputs, end = [], 0
     for n in steps:
         start, end = end, end + n
         mask = None if attention_mask is None else attention_mask[:, :end]
         out, returned = pair(step(x[:, start:end], attention_mask=mask, cache=cache), "带 cache 的 forward")
         if returned is not cache:
-            raise TypeError("带 cache 调用 forward 时应返回 (out, cache)，cache 就是传进来的那个对象（update 就地追加）。")
+            raise TypeError(f"带 cache 调用 forward 时应返回 (out, cache)，cache 就是传进来的那个对象（{in_place}）。")
         outputs.append(out)
-    found = torch.cat(outputs, dim=1), len(cache), torch.tensor(stored, dtype=torch.long)
-    return (*found, _handed(handed)) if values else found
+    return torch.cat(outputs, dim=1)
 
 
 def _handed(handed: list) -> torch.Tensor:
@@ -424,17 +431,6 @@ def _recording(fn, into: list, pick):
     return recorded
 
 
-PROTOCOLS = {fn.__name__: fn for fn in (call_function, call_blockwise, call_module, call_decoder, call_latent_decoder,
-                                         call_absorbed_decoder, call_generate, call_sample_generate, call_cache, call_norm,
-                                         call_layer)}
-
-# The student's own classes that a protocol hands to the code under test, whatever that code names: the cache
-# a decoder is given, the attention in every layer of the real model.
-PULLED = {"call_decoder": ("KVCache",), "call_latent_decoder": ("LatentKVCache",),
-          "call_absorbed_decoder": ("LatentKVCache",), "call_generate": ("LlamaAttention",),
-          "call_sample_generate": ("LlamaAttention",)}
-
-
 # --- 08: the recurrent rules, the causal conv and the Gated DeltaNet layer, continued from their states ---
 
 def _in_two_calls(fn, first: tuple, rest: tuple, kwargs: dict, state_name: str, dim: int) -> tuple:
@@ -487,19 +483,19 @@ def call_recurrent_decoder(cls, case: Case):
         return _run_decoder(cls, case, "GatedDeltaNetCache", "forward")
     init, weights, x = case.args
     with torch.no_grad():
-        module = build(cls, init, weights, case.dtype)
         cache = _cache_class(cls, "GatedDeltaNetCache")()
-        outputs, end = [], 0
-        for n in steps:
-            start, end = end, end + n
-            mask = None if attention_mask is None else attention_mask[:, :end]
-            out, returned = pair(module(x[:, start:end], attention_mask=mask, cache=cache), "带 cache 的 forward")
-            if returned is not cache:
-                raise TypeError("带 cache 调用 forward 时应返回 (out, cache)，cache 就是传进来的那个对象（就地更新它的状态）。")
-            outputs.append(out)
+        out = _feed(build(cls, init, weights, case.dtype), cache, x, attention_mask, steps, "就地更新它的状态")
     states = tuple(s.to(case.dtype) if isinstance(s, torch.Tensor) and s.is_floating_point() else s
                    for s in (cache.conv_state, cache.recurrent_state))
-    return (torch.cat(outputs, dim=1), *states)
+    return (out, *states)
 
 
-PROTOCOLS.update({fn.__name__: fn for fn in (call_rule, call_conv, call_recurrent_decoder)})
+PROTOCOLS = {fn.__name__: fn for fn in (call_function, call_blockwise, call_module, call_decoder, call_latent_decoder,
+                                         call_absorbed_decoder, call_generate, call_sample_generate, call_cache, call_norm,
+                                         call_layer, call_rule, call_conv, call_recurrent_decoder)}
+
+# The student's own classes that a protocol hands to the code under test, whatever that code names: the cache
+# a decoder is given, the attention in every layer of the real model.
+PULLED = {"call_decoder": ("KVCache",), "call_latent_decoder": ("LatentKVCache",),
+          "call_absorbed_decoder": ("LatentKVCache",), "call_generate": ("LlamaAttention",),
+          "call_sample_generate": ("LlamaAttention",)}

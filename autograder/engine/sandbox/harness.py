@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import torch
 
-from autograder.engine import limits, protocols
+from autograder.engine import limits, protocols, torch_errors
 from autograder.engine.sandbox.report import (
     DTYPES,
     INTS,
@@ -180,15 +180,11 @@ def _name_error(exc: NameError, code: StudentCode, where: str) -> ErrorInfo:
     return ErrorInfo(f"运行出错：NameError：`{name}` 没有定义", "\n".join(x for x in (why, where) if x))
 
 
-# PyTorch's own NotImplementedError for an operation without a kernel for a dtype: not an unwritten exercise.
-_TORCH_NO_KERNEL = re.compile(r"not implemented for '\w+'")
-
-
 def describe_error(exc: BaseException, code: StudentCode, name: str) -> ErrorInfo:
     """A short Chinese summary of what the student's code raised, and where."""
     frame = _student_frame(exc, code)
     where = _location(frame, code) if frame else ""
-    if isinstance(exc, NotImplementedError) and not _TORCH_NO_KERNEL.search(str(exc)):
+    if isinstance(exc, NotImplementedError) and not re.search(torch_errors.NO_KERNEL, str(exc)):
         # A function, or a method of a class, is the exercise itself or one it builds on.
         raised_in = frame[2].split(".")[0] if frame else name
         if raised_in in (name, "<module>"):
