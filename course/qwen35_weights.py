@@ -189,15 +189,10 @@ def load_linear_attention_layer(layer: int, path=None, dtype=None, *, verbose: b
     config = read_config(checkpoint.folder / "config.json")
     _check_layer(layer, config, checkpoint, LINEAR_ATTENTION)
     prefix = f"{LANGUAGE_MODEL}layers.{layer}."
-    if checkpoint.synthetic:
-        if layer not in qwen35_stand_in.LINEAR_LAYERS:
-            raise CheckpointError(f"the synthetic stand-in holds only Gated DeltaNet layers "
-                                  f"{list(qwen35_stand_in.LINEAR_LAYERS)} (and attention layer 3), not layer {layer}; "
-                                  f"for other layers, {_HOW_TO_GET_THE_MODEL}")
-        read = _StandInFile(stand_in_file(layer), qwen35_stand_in.SHA256[layer], f"the stand-in of layer {layer}",
-                            lambda: qwen35_stand_in.linear_layer_bytes(config, layer)).read
-    else:
-        read = _reader(checkpoint)
+    read = _layer_reader(checkpoint, layer, qwen35_stand_in.LINEAR_LAYERS,
+                         f"Gated DeltaNet layers {list(qwen35_stand_in.LINEAR_LAYERS)} (and attention layer 3), not "
+                         f"layer {layer}", stand_in_file(layer), qwen35_stand_in.SHA256.get(layer),
+                         f"the stand-in of layer {layer}", lambda: qwen35_stand_in.linear_layer_bytes(config, layer))
     stored = _stored_dtype(config)
     weights = {name: read(prefix + name, shape, (stored, torch.float32) if name in FLOAT32_ALLOWED else stored)
                for name, shape in linear_attention_shapes(config).items()}
@@ -223,15 +218,10 @@ def load_mlp(layer: int, path=None, dtype=None, *, verbose: bool = True) -> dict
     config = read_config(checkpoint.folder / "config.json")
     _layer_type(layer, config, checkpoint.folder / "config.json")
     prefix = f"{LANGUAGE_MODEL}layers.{layer}."
-    if checkpoint.synthetic:
-        if layer not in qwen35_stand_in.MLP_LAYERS:
-            raise CheckpointError(f"the synthetic stand-in holds only the MLPs of layers "
-                                  f"{list(qwen35_stand_in.MLP_LAYERS)}, not layer {layer}'s; for other layers, "
-                                  f"{_HOW_TO_GET_THE_MODEL}")
-        read = _StandInFile(stand_in_mlp_file(layer), qwen35_stand_in.MLP_SHA256[layer],
-                            f"the stand-in MLP of layer {layer}", lambda: qwen35_stand_in.mlp_bytes(config, layer)).read
-    else:
-        read = _reader(checkpoint)
+    read = _layer_reader(checkpoint, layer, qwen35_stand_in.MLP_LAYERS,
+                         f"the MLPs of layers {list(qwen35_stand_in.MLP_LAYERS)}, not layer {layer}'s",
+                         stand_in_mlp_file(layer), qwen35_stand_in.MLP_SHA256.get(layer),
+                         f"the stand-in MLP of layer {layer}", lambda: qwen35_stand_in.mlp_bytes(config, layer))
     weights = {name: read(prefix + name, shape, _stored_dtype(config)) for name, shape in mlp_shapes(config).items()}
     if verbose:
         print(f"第 {layer} 层 MLP 的权重：{checkpoint.describe(layers='0-3')}")
@@ -470,6 +460,18 @@ class _TensorFiles:
                 if not 0 <= row < shape[0]:
                     raise CheckpointError(f"token id {row} is out of range: {key} in {file} has {shape[0]} rows")
             return torch.cat([view[row:row + 1] for row in rows]) if rows else torch.empty(0, shape[1], dtype=dtype)
+
+
+def _layer_reader(checkpoint: Checkpoint, layer: int, stand_in_layers, holds: str, file: Path, expected: str | None,
+                  what: str, make):
+    """``read(key, shape, dtypes)`` for one layer's part: from the checkpoint (``_reader``), or, for the stand-in,
+    from its file made on first use (``_StandInFile``), which exists for ``stand_in_layers`` only (``holds`` says
+    what it holds instead)."""
+    if not checkpoint.synthetic:
+        return _reader(checkpoint)
+    if layer not in stand_in_layers:
+        raise CheckpointError(f"the synthetic stand-in holds only {holds}; for other layers, {_HOW_TO_GET_THE_MODEL}")
+    return _StandInFile(file, expected, what, make).read
 
 
 def _reader(checkpoint: Checkpoint):
