@@ -21,6 +21,10 @@ from course import layout
 c = get_config()  # noqa: F821 - provided by nbgrader when it loads this file
 
 c.CourseDirectory.course_id = "attention-by-hand"
+# nbgrader's exchange (release, fetch, submit, collect, feedback between Unix accounts on one server): a folder
+# every account can write, with the sticky bit (deploy/jupyterhub/make-exchange.sh). Without it the formgrader
+# marks every assignment "draft" and offers no Release or Collect. Students' side: deploy/jupyterhub/student/.
+c.Exchange.root = "/srv/nbgrader/exchange"
 c.CourseDirectory.source_directory = layout.SOURCE
 c.CourseDirectory.release_directory = layout.RELEASE
 c.CourseDirectory.submitted_directory = layout.SUBMITTED

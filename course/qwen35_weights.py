@@ -39,6 +39,7 @@ from safetensors.torch import load as load_safetensors
 from course import qwen35_stand_in
 from course.cache import cache_dir
 from course.qwen35 import FULL_ATTENTION, LINEAR_ATTENTION, TextConfig, read_config
+from course.stored_tensors import StoredTensors
 
 REPO_ID = "Qwen/Qwen3.5-0.8B"
 ENV_VAR = "QWEN35_PATH"
@@ -108,14 +109,19 @@ def find_checkpoint(path=None) -> Checkpoint:
     return _checked(FIXTURE_DIR, "course fixture")
 
 
+def cache_folder() -> Path:
+    """The course cache's folder of Qwen3.5 weights: the partial copy and the stand-in's layers."""
+    return cache_dir() / "qwen35"
+
+
 def partial_folder() -> Path:
     """Where ``course-weights qwen35`` keeps the partial copy of the real model."""
-    return cache_dir() / "qwen35" / "Qwen3.5-0.8B-partial"
+    return cache_folder() / "Qwen3.5-0.8B-partial"
 
 
 def stand_in_folder() -> Path:
     """Where the course keeps the stand-in's Gated DeltaNet layers and MLPs once it has made them."""
-    return cache_dir() / "qwen35" / "stand-in"
+    return cache_folder() / "stand-in"
 
 
 def stand_in_file(layer: int) -> Path:
@@ -199,6 +205,27 @@ def load_linear_attention_layer(layer: int, path=None, dtype=None, *, verbose: b
     if verbose:
         print(f"第 {layer} 层的权重：{checkpoint.describe(layers='0-3')}")
     return _cast(weights, dtype)
+
+
+def stored_linear_attention(layer: int, path=None) -> StoredTensors | None:
+    """Where the ``linear_attn`` tensors of Gated DeltaNet layer ``layer`` lie, keyed as
+    ``submodule_state(load_linear_attention_layer(layer), "linear_attn")`` is, when every file is in
+    ``cache_folder()`` (which the grading sandbox may read); else None. Load the layer first: that checks its
+    tensors, and makes the stand-in's file when it is not there yet."""
+    checkpoint = find_checkpoint(path)
+    config = read_config(checkpoint.folder / "config.json")
+    prefix = f"{LANGUAGE_MODEL}layers.{layer}."
+    keys = [prefix + name for name in linear_attention_shapes(config) if name.startswith("linear_attn.")]
+    if checkpoint.synthetic:
+        files = dict.fromkeys(keys, stand_in_file(layer))
+    else:
+        tensors = _TensorFiles(checkpoint.folder)
+        files = {key: tensors.file_of(key, checkpoint) for key in keys}
+    folder = cache_folder().resolve()
+    if not all(file.is_file() and file.resolve().is_relative_to(folder) for file in files.values()):
+        return None
+    return StoredTensors(tuple((key[len(prefix + "linear_attn."):], str(file.resolve()), key)
+                               for key, file in files.items()))
 
 
 def load_mlp(layer: int, path=None, dtype=None, *, verbose: bool = True) -> dict[str, torch.Tensor]:

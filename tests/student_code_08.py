@@ -260,6 +260,15 @@ MISTAKES = [
         _CHUNKED, "(q[:, :, i] * G[:, :, i, :, None].exp()) @ S", "q[:, :, i] @ S")),
     ("chunked_gated_delta_rule", "块末更新状态时 k 没有乘 exp(γ_C − γ_i)", _swap(
         _CHUNKED, "(k[:, :, i] * (last - G[:, :, i]).exp()[..., None]).transpose(-1, -2)", "k[:, :, i].transpose(-1, -2)")),
+    ("chunked_gated_delta_rule", "没有按块计算", '''
+def chunked_gated_delta_rule(q, k, v, g, beta, chunk_size=64, state=None):
+    outs = []
+    for s in range(0, q.shape[2], chunk_size):
+        e = s + chunk_size
+        o, state = gated_delta_rule(q[:, :, s:e], k[:, :, s:e], v[:, :, s:e], g[:, :, s:e], beta[:, :, s:e], state)
+        outs.append(o)
+    return torch.cat(outs, 2), state
+'''),
     ("causal_conv1d", "卷积不是因果的", _swap(
         _CONV, '''    windows = padded.unfold(-1, K, 1)
     y = (windows * weight[:, 0, None, :]).sum(-1)
@@ -304,15 +313,6 @@ MISTAKES = [
 
 # Other right ways to write the code, which the grader must accept too.
 OTHER_CORRECT = [
-    ("chunked_gated_delta_rule", "the recurrent rule, chunk by chunk, in the input's dtype", '''
-def chunked_gated_delta_rule(q, k, v, g, beta, chunk_size=64, state=None):
-    outs = []
-    for s in range(0, q.shape[2], chunk_size):
-        e = s + chunk_size
-        o, state = gated_delta_rule(q[:, :, s:e], k[:, :, s:e], v[:, :, s:e], g[:, :, s:e], beta[:, :, s:e], state)
-        outs.append(o)
-    return torch.cat(outs, 2), state
-'''),
     ("causal_conv1d", "F.conv1d with left padding", '''
 def causal_conv1d(x, weight, conv_state=None):
     K = weight.shape[-1]

@@ -15,8 +15,6 @@ the screenshot it saved.
 import json
 import os
 import re
-import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -29,27 +27,18 @@ import pytest
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.instructor.release import build_source_notebook, source_file
 from course.tools.workspace import copy_notebooks
+from tests.chromium import CHROMIUM, CHROMIUM_ARGS, free_port
 from tests.notebooks import IN_THE_BROWSER, released_path
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(CHROMIUM is None, reason="needs the system's Chromium (.ci/run installs it)")]
 TOKEN = "attention-course-browser-test"
 RUN_ALL_SECONDS = 240  # only for a kernel still busy: a Run All that stopped is seen at once
 START_SECONDS = 15  # from the click on Run All to the first cell queued or run
-# Chromium on a closed network, as root in CI: no sandbox, no background connections.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
-                 "--disable-background-networking", "--disable-component-update"]
 # JupyterLab settings: every cell in the DOM (no windowing), no news or update checks.
 SETTINGS = {"@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
             "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
                 {"fetchNews": "false", "checkForUpdates": False}}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +55,7 @@ def lab(tmp_path_factory):
         path = settings / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values), encoding="utf-8")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path_factory.mktemp("lab-workspaces")),
            "JUPYTER_CONFIG_DIR": str(tmp_path_factory.mktemp("jupyter-config"))}

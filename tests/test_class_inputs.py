@@ -307,8 +307,9 @@ def test_no_cell_of_the_gradebook_runs_as_a_formula():
     grades_rows = _cells(book.grades_csv())
     assert [row[0] for row in grades_rows[1:]] == ["'" + name for name in FORMULAS] + ["o'brien"]
     full = str(sum(e.points for e in exercises))
-    assert grades_rows[-1][1:] == [*(str(e.points) for e in exercises), full, full, "100.0"]  # numbers stay numbers
-    assert all(row[1:] == ["0"] * (len(exercises) + 2) + ["0.0"] for row in grades_rows[1:-1])
+    # numbers stay numbers; the late column is empty (no LMS marker)
+    assert grades_rows[-1][1:] == [*(str(e.points) for e in exercises), full, "", full, "100.0"]
+    assert all(row[1:] == ["0"] * (len(exercises) + 1) + ["", "0", "0.0"] for row in grades_rows[1:-1])
     mistakes = _cells(book.mistakes_csv())[1:]
     assert [row[2] for row in mistakes] == [f"'=1+1 {e.name}" for e in exercises]
     assert {row[3] for row in mistakes} == {str(len(FORMULAS))}

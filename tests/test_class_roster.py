@@ -62,6 +62,18 @@ def test_lms_file_names(tmp_path, name, student, assignment):
     assert who(find(files(tmp_path, [name], data))) == [(student, assignment)]
 
 
+def test_canvas_marks_late_files_and_the_other_exports_say_nothing(tmp_path):
+    files(tmp_path, [f"lilei_LATE_1042_990001_{A}.ipynb", f"hanmei_1043_990002_{A}.ipynb",
+                     f"Wang Fang_1044_assignsubmission_file_{A}.ipynb",
+                     f"Attention 01_zhaolei_attempt_2026-03-01-10-22-45_{A}.ipynb", f"sunli_{A}.ipynb"])
+    files(tmp_path, ["zhouyu_LATE_1045_990005_attention.zip"], zipped({f"{A}.ipynb": NOTEBOOK}))
+    assert {h.student: h.late for h in find(tmp_path).handed} == {
+        "lilei_1042": True, "hanmei_1043": False, "zhouyu_1045": True,  # Canvas: _LATE or not
+        "Wang Fang_1044": None, "zhaolei": None, "sunli": None}  # Moodle, Blackboard, plain: not said
+    files(tmp_path / "nbgrader", [f"alice/{A}/{A}.ipynb"])
+    assert [h.late for h in find(tmp_path / "nbgrader").handed] == [None]
+
+
 def test_a_name_without_an_assignment_needs_one_assignment_given(tmp_path):
     files(tmp_path, ["alice.ipynb", "bob.ipynb"])
     with pytest.raises(RosterError, match="alice.ipynb: no assignment in the name"):

@@ -20,7 +20,7 @@ import pytest
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.grading import OUT_OF_TIME
 from autograder.instructor.classroom.course_grade import main
-from autograder.instructor.classroom.graded_class import state_folder
+from autograder.instructor.classroom.graded_class import record_file, state_folder
 from course.layout import ROOT as REPO
 from tests.class_of_students import half_done, hostile, with_mistake
 from tests.notebooks import filled, released, source_solutions, write_submission
@@ -140,7 +140,9 @@ def test_a_class_is_graded_into_a_gradebook(graded):
     assert "ETA" in run.stderr
     rows = grades(out)
     assert {s: int(r["total"]) for s, r in rows.items()} == EXPECTED
-    assert list(rows["alice"]) == ["student", *(f"{A}/{e.name}" for e in ASSIGNMENTS[A]), A, "total", "percent"]
+    assert list(rows["alice"]) == ["student", *(f"{A}/{e.name}" for e in ASSIGNMENTS[A]), A, f"{A}/late", "total",
+                                   "percent"]
+    assert {r[f"{A}/late"] for r in rows.values()} == {""}  # nbgrader's submitted/ says nothing about lateness
     assert rows["carol"][f"{A}/padding_mask"] == "0" and rows["carol"][A] == str(EXPECTED["carol"])
     assert rows["bob"]["percent"] == f"{100 * HALF / FULL:.1f}"
     results = list((state_folder(out) / "results").glob("*.json"))
@@ -232,3 +234,51 @@ def test_shards_merged_give_the_outputs_of_one_run(graded, tmp_path):
     assert outputs(tmp_path / "merged") == outputs(out)
     incomplete = course_grade("--merge", shards[0], "--out", tmp_path / "incomplete")
     assert incomplete.returncode == 2 and "every shard" in incomplete.stderr
+
+
+# --- late flags from an LMS download -----------------------------------------------------------------------------
+
+CANVAS = {"hanmei_1043": f"hanmei_1043_990002_{A}.ipynb", "lilei_1042": f"lilei_LATE_1042_990001_{A}.ipynb",
+          "wangfang_1044": f"wangfang_1044_990003_{A}.ipynb"}
+
+
+@pytest.fixture(scope="module")
+def canvas_shards(tmp_path_factory):
+    """A Canvas download of three notebooks, lilei's late, graded in two shards (lilei alone in the second).
+    The notebooks cannot be read, so grading them is quick: what is tested is the flag, not the points."""
+    root = tmp_path_factory.mktemp("canvas")
+    folder = root / "download"
+    folder.mkdir()
+    for name in CANVAS.values():
+        (folder / name).write_text('{"cells": [', encoding="utf-8")
+    shards = [root / f"shard{i}" for i in (1, 2)]
+    for i, shard in enumerate(shards, 1):
+        run = course_grade(folder, "--out", shard, "--shard", f"{i}/2", "--jobs", 1, "--notebook-timeout", CAP)
+        assert run.returncode == 0, run.stdout + run.stderr
+    return folder, shards
+
+
+@pytest.mark.slow  # shares two real shard runs of course-grade
+def test_a_late_canvas_file_is_late_in_the_merged_gradebook_and_after_a_rerun(canvas_shards, tmp_path):
+    folder, shards = canvas_shards
+    merged = course_grade("--merge", *shards, "--out", tmp_path / "merged")
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    assert {s: r[f"{A}/late"] for s, r in grades(tmp_path / "merged").items()} == {
+        "hanmei_1043": "no", "lilei_1042": "yes", "wangfang_1044": "no"}
+    again = shutil.copytree(shards[1], tmp_path / "again")
+    rerun = course_grade(folder, "--out", again, "--shard", "2/2", "--notebook-timeout", CAP)
+    assert rerun.returncode == 0 and "all unchanged since the last run" in rerun.stdout
+    assert outputs(again) == outputs(shards[1]) and grades(again)["lilei_1042"][f"{A}/late"] == "yes"
+
+
+@pytest.mark.slow  # shares two real shard runs of course-grade
+@pytest.mark.parametrize("forged", [1, 0, "yes", "true", [True]])
+def test_a_forged_late_value_in_a_shard_is_refused(canvas_shards, tmp_path, forged):
+    _, shards = canvas_shards
+    edited = shutil.copytree(shards[1], tmp_path / "shard2")
+    record = json.loads(record_file(edited).read_text(encoding="utf-8"))
+    record["entries"][0][4] = forged
+    record_file(edited).write_text(json.dumps(record), encoding="utf-8")
+    merged = course_grade("--merge", shards[0], edited, "--out", tmp_path / "merged")
+    assert merged.returncode == 2 and str(record_file(edited)) in merged.stderr and "late" in merged.stderr
+    assert not (tmp_path / "merged" / "grades.csv").exists()

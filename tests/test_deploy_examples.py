@@ -18,6 +18,7 @@ def accepted(command: str) -> None:
     values = {"SLURM_ARRAY_TASK_ID": "3", "SHARDS": "8", "SLURM_CPUS_PER_TASK": "4", "shards": "s1 s2",
               "OUT": "/out", "CLASS": "/class", "SLURM_ARRAY_JOB_ID": "1"}
     command = re.sub(r"\$\(\(JOB_COMPLETION_INDEX \+ 1\)\)", "3", command)
+    command = re.sub(r"\$\{(\w+)\[@\]\}", lambda m: values[m[1]], command)  # a bash array, all of it
     command = re.sub(r"\$\{?(\w+)\}?", lambda m: values[m[1]], command)
     words = shlex.split(command)
     args = _arguments(words[words.index("course-grade") + 1:])
@@ -25,12 +26,18 @@ def accepted(command: str) -> None:
 
 
 def test_the_slurm_array_job():
-    script = (DEPLOY / "slurm-course-grade.sbatch").read_text(encoding="utf-8")
-    assert subprocess.run(["bash", "-n", str(DEPLOY / "slurm-course-grade.sbatch")]).returncode == 0
-    assert "#SBATCH --array=1-8" in script and "SHARDS=8" in script
-    joined = script.replace("\\\n", " ")
-    accepted(next(line for line in joined.splitlines() if line.startswith("course-grade")))
-    accepted(re.search(r'--wrap="([^"]+)"', joined)[1])
+    """Valid bash; its shard and merge commands are ones course-grade accepts; the sizes are set in one place,
+    the variables the submission reads (tests/test_slurm_cluster.py runs it on a real cluster)."""
+    script = (DEPLOY / "slurm-course-grade.sh").read_text(encoding="utf-8")
+    assert subprocess.run(["bash", "-n", str(DEPLOY / "slurm-course-grade.sh")]).returncode == 0
+    commands = [line.strip() for line in script.replace("\\\n", " ").splitlines()
+                if line.strip().startswith("course-grade ")]
+    assert len(commands) == 2 and "--merge" in commands[1]
+    for command in commands:
+        accepted(command)
+    assert "#SBATCH" not in script  # a second place for a size, which could disagree with the variables
+    for size in ("SHARDS", "CPUS", "MEM_PER_CPU", "TIME"):
+        assert re.search(rf"^{size}=\$\{{{size}:-[^}}]+\}}", script, re.MULTILINE), size
 
 
 def test_the_kubernetes_indexed_job():

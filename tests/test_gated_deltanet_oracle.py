@@ -6,9 +6,11 @@ course's rules take q already scaled."""
 import pytest
 import torch
 
+from autograder.engine.checks import chunked_gated_delta_rule as chunked_gated_delta_rule_check
 from autograder.engine.checks.qwen35_gated_deltanet import config, random_weights
 from autograder.engine.inputs import linear_attention as inputs
 from autograder.engine.inputs.seeded import generator
+from autograder.engine.protocols import PerPosition, call_chunkwise
 from course import qwen35_weights
 from solutions.gated_deltanet import (
     GatedDeltaNetCache,
@@ -51,6 +53,27 @@ def test_gated_delta_rules_equal_hugging_face(chunked):
         # Hugging Face works in float32 whatever it is given.
         torch.testing.assert_close(o, want.transpose(1, 2).double(), atol=2e-6, rtol=1e-5)
         torch.testing.assert_close(final, want_state.double(), atol=2e-6, rtol=1e-5)
+
+
+def test_hugging_faces_chunked_rule_passes_the_chunk_watch_and_its_recurrent_rule_does_not():
+    """The watch that stops a per-position loop (``protocols.call_chunkwise``) on the grader's long case lets a
+    real chunked implementation through, and stops the real recurrent one."""
+    case = next(c for c in chunked_gated_delta_rule_check.cases() if c.args[0].shape[-2] > 200)
+
+    def hugging_face(kernel):
+        def rule(q, k, v, g, beta, chunk_size=64, state=None):
+            options = {"chunk_size": chunk_size} if kernel is hf.torch_chunk_gated_delta_rule else {}
+            o, final = kernel(*_heads_second(q * q.shape[-1] ** 0.5, k, v, g, beta), initial_state=state,
+                              output_final_state=True, **options)
+            return o.transpose(1, 2).to(q.dtype), final.to(q.dtype)
+        return rule
+
+    o, state = call_chunkwise(hugging_face(hf.torch_chunk_gated_delta_rule), case)
+    want, want_state = chunked_gated_delta_rule(*case.args, **case.kwargs)
+    torch.testing.assert_close(o, want, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(state, want_state, atol=2e-5, rtol=1e-4)
+    with pytest.raises(PerPosition):
+        call_chunkwise(hugging_face(hf.torch_recurrent_gated_delta_rule), case)
 
 
 def test_l2_normalize_is_hugging_faces():

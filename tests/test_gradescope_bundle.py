@@ -3,15 +3,23 @@ installed from it (not editable), ``run_autograder`` run on a submission, and ``
 against Gradescope's specification. The submission attacks the answers, which the bundle ships."""
 import json
 import os
+import platform
 import shutil
 import stat
 import subprocess
 import sys
 import tempfile
+import venv
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+import torch
+from packaging.markers import Marker
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.instructor.classroom import gradescope_bundle, gradescope_run
@@ -52,12 +60,15 @@ def bundle(tmp_path_factory):
     assert gradescope_bundle.main([A, "-o", str(root / "autograder.zip")]) == 0
     with zipfile.ZipFile(root / "autograder.zip") as archive:
         archive.extractall(root / "source")
-    # setup.sh's `pip install /autograder/source`, without the dependencies this machine already has. Not
-    # under /tmp: the sandbox gives each run a private /tmp, which would hide a course installed there.
+    # setup.sh's install, quicker: the course without the dependencies this machine already has, and the
+    # virtual environment run_autograder's Python comes from, seeing them (tests/test_gradescope_setup.py runs
+    # the real setup.sh). Not under /tmp: the sandbox gives each run a private /tmp, which would hide a course
+    # installed there.
     site = Path(tempfile.mkdtemp(prefix="gradescope-course-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                            "--target", str(site), str(root / "source")], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+    venv.create(root / "venv", system_site_packages=True, symlinks=True)
     yield root, site
     shutil.rmtree(site)
 
@@ -68,13 +79,17 @@ def test_the_zip_has_gradescope_layout_and_valid_scripts(bundle):
     with zipfile.ZipFile(root / "autograder.zip") as archive:
         names = archive.namelist()
         modes = {info.filename: info.external_attr >> 16 for info in archive.infolist()}
-    for script in ("setup.sh", "run_autograder"):
+    for script in ("setup.sh", "run_autograder", gradescope_bundle.INSTALL):
         assert script in names and modes[script] & stat.S_IXUSR, script
         assert subprocess.run(["bash", "-n", str(root / "source" / script)]).returncode == 0
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
     setup = (root / "source" / "setup.sh").read_text(encoding="utf-8")
-    assert "download.pytorch.org/whl/cpu" in setup and "pip install /autograder/source" in setup
-    assert "-e " not in setup
+    install = (root / "source" / gradescope_bundle.INSTALL).read_text(encoding="utf-8")
+    assert f'bash "$root/source/{gradescope_bundle.INSTALL}" "$root/source" "$root/venv"' in setup
+    assert "download.pytorch.org/whl/cpu" in install and "-e " not in setup + install
+    assert "PIP_BREAK_SYSTEM_PACKAGES" not in setup + install and "install --upgrade pip" not in setup + install
+    run = (root / "source" / "run_autograder").read_text(encoding="utf-8")
+    assert 'exec "$root/venv/bin/python" -m autograder.instructor.classroom.gradescope_run' in run
 
 
 @pytest.mark.slow  # the bundle's real pip install, then its run_autograder
@@ -131,3 +146,45 @@ def test_a_missing_notebook_still_gives_valid_results(tmp_path, capsys):
 
 def test_the_checks_of_results_can_fail():
     assert gradescope_problems({"score": 1, "tests": [{"name": "x", "score": 2, "max_score": 1}]})
+
+
+def test_the_pins_are_this_environments_versions_of_the_course_closure():
+    pins = {}
+    for line in gradescope_bundle.constraints().splitlines():
+        if line and not line.startswith("#"):
+            requirement = Requirement(line)
+            pins[canonicalize_name(requirement.name)] = (str(requirement.specifier), requirement.marker)
+    assert pins["torch"] == (f"=={Version(torch.__version__).public}", None)  # the tested torch, everywhere
+    for name in ("numpy", "safetensors", "tokenizers", "pytest", "jupyterlab", "typing-extensions", "jinja2"):
+        assert pins[name][0] == f"=={Version(metadata.version(name)).public}", name  # direct and transitive
+    assert "nbgrader" not in pins and "attention-by-hand" not in pins  # an extra, and the course itself
+    # A pin holds on the Pythons its release supports; those installed here support this one.
+    here = {"python_full_version": platform.python_version()}
+    assert all(marker is None or marker.evaluate(here) for _, marker in pins.values())
+    assert any(marker is not None for _, marker in pins.values())
+
+
+@pytest.mark.parametrize(("requires", "inside", "outside"), [(">=3.11.5", "3.12.0", "3.11.2"),
+                                                             ("!=3.0.*,>=2.7", "3.11.2", "3.0.1")])
+def test_requires_python_becomes_a_marker_that_can_fail(requires, inside, outside):
+    marker = Marker(gradescope_bundle._python_marker(requires))
+    assert marker.evaluate({"python_full_version": inside}) and not marker.evaluate({"python_full_version": outside})
+
+
+def test_a_bundle_fetches_its_weights_with_the_venvs_course_weights():
+    lines = gradescope_bundle.SETUP.format(install=gradescope_bundle.INSTALL,
+                                           prefetch=gradescope_bundle._prefetch(["07_real_model"])).splitlines()
+    fetch = lines.index("course-weights smollm2")
+    assert lines.index('export PATH="$root/venv/bin:$PATH"') < fetch
+    assert lines.index('export ATTENTION_COURSE_CACHE="$root/cache"') < fetch
+
+
+def test_course_gradescope_wants_an_assignment_or_an_image(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        gradescope_bundle.main([])
+    with pytest.raises(SystemExit):
+        gradescope_bundle.main([A, "--image", str(tmp_path / "image")])
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "old").write_text("x", encoding="utf-8")
+    assert gradescope_bundle.main(["--image", str(tmp_path / "full")]) == 1
+    assert "not empty" in capsys.readouterr().err

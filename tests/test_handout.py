@@ -1,30 +1,39 @@
-"""`course-handout`: what a class hands out holds no solution, no reference and no hidden test; installed
-plainly (not editable) it finds the layer-3 stand-in; a notebook from it runs, and grades."""
+"""`course-handout`: it hands out only the assignments named, and no earlier assignment's answers unless
+asked; what it hands out holds no solution, no reference and no hidden test; installed plainly (not
+editable) it finds the layer-3 stand-in; a notebook from it runs, and grades; `course-work` there points to
+the notebooks' own checks, which catch an input changed in place as the grader does."""
 import json
 import os
 import re
 import subprocess
 import sys
 
+import jupytext
 import nbformat
 import pytest
+import torch
 from nbclient import NotebookClient
+from torch import nn
 
-from autograder.engine.assignments import ASSIGNMENTS
+from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from autograder.engine.grading import grade_cells, notebook_cells
 from autograder.engine.sandbox.client import shared
 from autograder.instructor.handout import main, provided_answers
 from autograder.instructor.release import solution_code
+from course import inplace, layout
 from course.layout import ROOT as REPO
+from course.tools import workspace
+from tests.student_code import MISTAKES_01
 
-A = "01_attention_basics"
+A, B = "01_attention_basics", "02_multi_head"
 RELEASED = [a for a in ASSIGNMENTS if (REPO / "release" / a).is_dir()]
 
 
 @pytest.fixture(scope="module")
 def handout(tmp_path_factory):
+    """Every released assignment at once, as at the end of a term."""
     out = tmp_path_factory.mktemp("handout") / "attention-course"
-    assert main([str(out)]) == 0
+    assert main([str(out), "--assignment", *RELEASED, "--include-earlier-answers"]) == 0
     return out
 
 
@@ -103,3 +112,107 @@ def test_a_notebook_from_it_runs_and_grades(handout, installed, monkeypatch):
     assert nb.cells[-1].outputs[0]["text"].strip() == str(installed / "course" / "__init__.py")
     verdicts = grade_cells(A, notebook_cells(json.dumps(nb).encode(), "", path.name), shared())
     assert [v.passed for v in verdicts] == [True] * len(ASSIGNMENTS[A])
+
+
+# --- what an instructor hands out ----------------------------------------------------------------------------
+
+def test_the_assignments_must_be_named(tmp_path, capsys):
+    with pytest.raises(SystemExit) as refused:
+        main([str(tmp_path / "out")])
+    assert refused.value.code == 2 and "--assignment" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_one_assignment_is_handed_out_alone_with_a_note_on_the_answers_it_gives(tmp_path, capsys):
+    assert main([str(tmp_path / "out"), "--assignment", B]) == 0
+    assert sorted(p.name for p in (tmp_path / "out" / "release").iterdir()) == [B]
+    assert f"Note: {B}'s notebook gives the answers of {A}" in capsys.readouterr().out
+    assert f"work/{B}/{B}.ipynb" in (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+
+
+def test_a_notebook_and_a_later_one_that_answers_it_are_refused_unless_asked(tmp_path, capsys):
+    assert main([str(tmp_path / "out"), "--assignment", B, A]) == 1
+    said = capsys.readouterr().err
+    assert f"{B}'s notebook gives the answers of {A}" in said and "--include-earlier-answers" in said
+    assert not (tmp_path / "out").exists()
+    assert main([str(tmp_path / "out"), "--assignment", A, B, "--include-earlier-answers"]) == 0
+    assert sorted(p.name for p in (tmp_path / "out" / "release").iterdir()) == [A, B]
+
+
+# --- what a student can run there ----------------------------------------------------------------------------
+
+def test_course_work_points_to_the_checks_where_there_is_no_grader(handout, tmp_path, monkeypatch, capsys):
+    release = handout / layout.RELEASE
+    assert workspace.main(["--release", str(release), "--work", str(tmp_path / "mine")]) == 0
+    in_the_checkout = capsys.readouterr().out
+    assert f"`pytest autograder/ --submission {tmp_path / 'mine'}`" in in_the_checkout
+    monkeypatch.setattr(layout, "ROOT", handout)  # course installed from the handout: no autograder/ beside it
+    assert workspace.main(["--release", str(release), "--work", str(tmp_path / "work")]) == 0
+    in_the_handout = capsys.readouterr().out.splitlines()[-1]
+    assert "检查单元" in in_the_handout and "`pytest" not in in_the_handout
+
+
+@pytest.mark.slow  # a real pip install
+def test_course_work_installed_from_the_handout_points_to_the_checks(handout, installed, tmp_path):
+    done = subprocess.run([sys.executable, str(installed / "bin" / "course-work"), "--work", str(tmp_path / "work")],
+                          cwd=handout, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(installed)})
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.parent.name for p in (tmp_path / "work").glob("*/*.ipynb")) == RELEASED  # from ./release
+    assert "检查单元" in done.stdout.splitlines()[-1] and "`pytest" not in done.stdout
+
+
+def _tests_cells(assignment: str) -> dict[str, str]:
+    """Exercise -> the visible part of its tests cell in the source notebook (what release/ hands out)."""
+    nb = jupytext.read(REPO / "source" / assignment / f"{assignment}.py")
+    return {tag.removeprefix("tests:"): cell.source.split("### BEGIN HIDDEN TESTS")[0]
+            for cell in nb.cells for tag in cell.metadata.get("tags", []) if tag.startswith("tests:")}
+
+
+def test_every_visible_check_guards_the_code_it_checks():
+    for assignment in ASSIGNMENTS:
+        for exercise, check in _tests_cells(assignment).items():
+            name = EXERCISES[exercise].definition
+            assert check.startswith(f"from course import inplace\n{name} = inplace.guard({name})"), (assignment, exercise)
+
+
+def _run_check(assignment: str, exercise: str, solution: str) -> str:
+    """Run the notebook's imports, ``solution`` and the exercise's visible check; what it printed."""
+    nb = jupytext.read(REPO / "source" / assignment / f"{assignment}.py")
+    imports = next(cell.source for cell in nb.cells if cell.cell_type == "code")
+    namespace = {}
+    for code in (imports, solution, _tests_cells(assignment)[exercise]):
+        exec(compile(code, exercise, "exec"), namespace)
+    return namespace.get("got")
+
+
+def test_the_visible_check_fails_a_solution_that_changes_its_input_in_place(capsys):
+    in_place = next(code for name, mistake, code in MISTAKES_01 if name == "masked_softmax" and "原地" in mistake)
+    with pytest.raises(AssertionError, match=r"masked_softmax 原地修改了输入：调用之后，输入的值变了：参数 scores。") as failed:
+        _run_check(A, "masked_softmax", in_place)
+    assert "x.clone()" in str(failed.value) and "0 分" in str(failed.value)
+    _run_check(A, "masked_softmax", solution_code(A)["masked_softmax"])
+    assert "✓ masked_softmax" in capsys.readouterr().out
+
+
+def test_the_guard_follows_the_graders_rule():
+    class Layer(nn.Module):
+        def forward(self, x):
+            return self.scaled(x * 1)  # scaled changes a tensor of forward's own, not an input: as the grader sees it
+
+        def scaled(self, y):
+            return y.mul_(3)
+
+        def rotated(self, x, cos_sin):
+            cos_sin[1].mul_(2)
+            return x
+
+    forward = inplace.guard(Layer).forward
+    assert inplace.guard(Layer) is Layer and Layer.forward is forward  # guarding twice changes nothing
+    assert torch.equal(Layer()(torch.ones(2)), torch.full((2,), 3.0))
+    with pytest.raises(AssertionError, match="Layer.rotated 原地修改了输入：调用之后，输入的值变了：参数 cos_sin 的第 2 项。"):
+        Layer().rotated(torch.ones(2), (torch.ones(2), torch.ones(2)))
+    with pytest.raises(AssertionError, match="参数 y。"):
+        Layer().scaled(torch.ones(1))
+    nan = torch.tensor([float("nan"), 1.0])
+    assert inplace.changed_inputs(inplace.copies({"x": nan}), {"x": nan}, "参数 kwargs") == []  # NaN where NaN was
+    assert inplace.changed_inputs(inplace.copies((nan,)), [nan.double()], "参数 xs") == ["参数 xs 的第 1 项"]

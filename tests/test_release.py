@@ -1,8 +1,12 @@
 """release/ is generated from source/ by `course-release` and kept in sync; nbgrader reads each exercise's
-points from it; the source notebook is well formed and runs top to bottom in a real Jupyter kernel."""
+points from it; the gradebook records only the assignments released to the class, so that a fresh clone
+autogrades and exports them; the source notebook is well formed and runs top to bottom in a real Jupyter
+kernel."""
+import csv
 import json
 import shutil
 import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -10,10 +14,17 @@ from nbclient import NotebookClient
 from nbgrader.api import Gradebook
 
 from autograder.engine.assignments import ASSIGNMENTS
-from autograder.instructor.release import ReleaseError, build_source_notebook, differing_files, solution_code
+from autograder.instructor.release import (
+    ReleaseError,
+    build_source_notebook,
+    differing_files,
+    generate,
+    main,
+    solution_code,
+)
 from autograder.instructor.release import source_file as source_path
 from course.layout import ROOT as REPO
-from tests.notebooks import ASSIGNMENT, IN_THE_BROWSER, released_path
+from tests.notebooks import ASSIGNMENT, IN_THE_BROWSER, filled, released_path, source_solutions, write_submission
 
 
 @pytest.mark.nbgrader
@@ -69,6 +80,38 @@ def test_nbgrader_gives_each_exercise_the_graders_points(assignment, generated_c
     released = nbformat.read(released_path(assignment), as_version=4)
     assert {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in released.cells
             if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith("tests_")} == expected
+
+
+def nbgrader(root, *args) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+@pytest.mark.nbgrader
+@pytest.mark.slow  # nbgrader generates every assignment twice and autogrades once: about 25 s
+def test_a_fresh_clone_grades_and_exports_only_what_was_released(tmp_path):
+    """The README's steps on a clone with no gradebook: `course-release --assignment 01_attention_basics`,
+    `nbgrader autograde 01_attention_basics`, a later `course-release`, `nbgrader export`."""
+    root = tmp_path / "course"
+    root.mkdir()
+    shutil.copy(REPO / "nbgrader_config.py", root)
+    assert generate(root, released=[ASSIGNMENT]) == [ASSIGNMENT]
+    assert sorted(p.name for p in (root / "release").iterdir()) == sorted(ASSIGNMENTS)  # release/ stays whole
+    write_submission(root / "submitted" / "student", filled(source_solutions()))
+    nbgrader(root, "autograde", ASSIGNMENT)
+    assert generate(root, released=()) == [ASSIGNMENT]  # rebuilt after an edit: what was released stays
+    nbgrader(root, "export")
+    with open(root / "grades.csv", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["assignment"], r["student_id"]) for r in rows] == [(ASSIGNMENT, "student")]
+    assert float(rows[0]["score"]) == float(rows[0]["max_score"]) == sum(e.points for e in ASSIGNMENTS[ASSIGNMENT])
+
+
+def test_course_release_refuses_an_unknown_assignment(capsys):
+    assert main(["--assignment", "01_attention"]) == 1  # refused before anything is written
+    said = capsys.readouterr().err
+    assert "no assignment called 01_attention" in said and ASSIGNMENT in said
 
 
 def test_a_tag_for_an_unknown_exercise_is_refused(tmp_path):

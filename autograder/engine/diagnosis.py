@@ -8,7 +8,8 @@ the case's dtype and in float64 disagree. Two ways of rounding (bfloat16, float1
 need not agree to the tolerance: there the student's output must lie within a few tolerances of the
 mistake's, or far closer to it than to the reference's.
 
-Cost: every mistake is tried on the first wrong case; only those that reproduce it are tried on the others.
+Cost: every mistake is tried on the first wrong case; only those that reproduce it are tried on the others; and
+what a mistake gives on a case is worked out once per process (``known_outputs``), for every notebook of a class.
 """
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from autograder.engine.compare import compare
+from autograder.engine.known_outputs import known
 from autograder.engine.protocols import Case
 
 if TYPE_CHECKING:  # exercise.py imports this module
@@ -34,10 +36,12 @@ def _agree(exercise: "Exercise", case: Case, got, wrong) -> bool:
 
 
 def _output(exercise: "Exercise", mistake: "Mistake", case: Case, native: bool):
-    try:
-        return exercise.graded(exercise.call(mistake.fn, case if native else case.in_float64()))
-    except Exception:  # noqa: BLE001 - a mistake may not even run on this case's shapes
-        return _RAISED
+    def run():
+        try:
+            return exercise.graded(exercise.call(mistake.fn, case if native else case.in_float64()))
+        except Exception:  # noqa: BLE001 - a mistake may not even run on this case's shapes
+            return _RAISED
+    return known((exercise.name, exercise.call, mistake.fn, native), case, run)
 
 
 def reproduces(exercise: "Exercise", mistake: "Mistake", case: Case, got) -> bool | None:

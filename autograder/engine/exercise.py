@@ -17,18 +17,19 @@ import torch
 
 from autograder.engine import clues, diagnosis, limits, tolerances, torch_errors
 from autograder.engine.compare import Mismatch, compare
+from autograder.engine.known_outputs import known
 from autograder.engine.protocols import PROTOCOLS, PULLED, Case, call_function
 from autograder.engine.sandbox.client import Sandbox, SandboxError, shared
 from autograder.engine.sandbox.harness import NOT_IMPLEMENTED
 from autograder.engine.sandbox.report import TOO_BIG, Error, GraderError, Malformed, Ok, Outcome, from_bytes
 from autograder.engine.student_code import Cell, StudentCode, missing_definition
+from course import inplace
 
 _FORGED = "评分进程交回的结果格式不对：代码是不是改动了评分器？"
 _MISMATCH_SUMMARY = {"type": "返回值的类型不对", "length": "返回值的个数不对", "shape": "shape 不对",
                      "dtype": "dtype 不对", "nan": "输出里有 NaN", "values": "数值不对", "free": "输出里有 NaN 或 inf"}
 _GRADER_PROBLEM = "评分环境出了问题，不是你的代码的问题"
-_MUTATED = ("原地修改了输入", "带下划线的操作（masked_fill_、add_ ……）和 x[...] = ... 会改掉调用者传进来的张量："
-            "用不带下划线的版本，写成 scores = scores.masked_fill(...)，或者先 clone()。")
+_MUTATED = ("原地修改了输入", inplace.HINT)
 
 
 @dataclass(frozen=True)
@@ -141,11 +142,15 @@ def _clean(text: str, cap: int) -> str:
 class References:
     """The reference's results on each case (in float64), computed in a thread of their own from the moment this
     is made: while the sandbox runs the student's code in another process, the grader already works out what
-    it should give (torch releases the GIL). ``self[i]`` waits for them; a reference that raises raises there."""
+    it should give (torch releases the GIL); and only once per process for cases of the same contents
+    (``known_outputs``). ``self[i]`` waits for them; a reference that raises raises there."""
 
     def __init__(self, exercise: Exercise, cases: list[Case]):
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="reference")
-        self._results = self._pool.submit(lambda: [exercise.call(exercise.reference, c.in_float64()) for c in cases])
+        def reference(case: Case):
+            return known((exercise.name, exercise.call, exercise.reference), case,
+                         lambda: exercise.call(exercise.reference, case.in_float64()))
+        self._results = self._pool.submit(lambda: [reference(c) for c in cases])
         self._pool.shutdown(wait=False)
 
     def __getitem__(self, index: int):

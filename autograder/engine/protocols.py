@@ -12,9 +12,11 @@ import functools
 from dataclasses import dataclass, field, replace
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 
 from autograder.engine.sandbox.walls import GraderProblem
+from course.stored_tensors import StoredTensors
 
 
 def map_tensors(value, fn):
@@ -64,11 +66,19 @@ def _layout_problems(have: dict, want: dict) -> list[str]:
     return problems
 
 
-def build(cls, init: tuple, weights: dict, dtype: torch.dtype) -> nn.Module:
-    """``cls(*init)`` converted to ``dtype`` with ``weights`` loaded; a wrong parameter layout is a clear
-    message instead of a ``load_state_dict`` dump. Every parameter is replaced, so none is initialised first
-    (``course.llama.parameters_on_meta``): a layer of Qwen3.5's size would spend most of its run on that."""
+def build(cls, init: tuple, weights: "dict | StoredTensors", dtype: torch.dtype) -> nn.Module:
+    """``cls(*init)`` converted to ``dtype`` with ``weights`` loaded (a dict, or ``StoredTensors`` read here from
+    the course's cache); a wrong parameter layout is a clear message instead of a ``load_state_dict`` dump. Every
+    parameter is replaced, so none is initialised first (``course.llama.parameters_on_meta``): a layer of
+    Qwen3.5's size would spend most of its run on that."""
     from course.llama import parameters_on_meta
+
+    if isinstance(weights, StoredTensors):
+        try:
+            weights = weights.load()
+        except (OSError, SafetensorError) as e:
+            raise GraderProblem(f"读不到课程缓存里的权重（{type(e).__name__}: {e}）：评分的沙盒要能读课程的缓存文件夹"
+                                "（$ATTENTION_COURSE_CACHE）") from None
 
     with parameters_on_meta():
         module = cls(*init)
@@ -458,6 +468,57 @@ def call_rule(fn, case: Case) -> tuple:
                          tuple(part(t, slice(split, None)) for t in case.args), kwargs, "state", -2)
 
 
+class PerPosition(RuntimeError):
+    """Raised in the student's code once it has made more state-shaped tensors than a chunked rule would."""
+
+
+class _StateWatch(torch.overrides.TorchFunctionMode):
+    """Counts the float tensors shaped like the state, ``[..., Dk, Dv]`` or ``[..., Dv, Dk]``, that the code
+    makes: a rule that works a chunk at a time makes a few per chunk (the decayed state, the chunk's write, their
+    sum), one that steps through the positions makes at least one per position. Only sound where no other
+    tensor of the rule can have that shape: Dk ≠ Dv, and neither is T or a chunk's length (see ``call_chunkwise``)."""
+
+    PER_CHUNK, SPARE = 8, 8  # generous: Hugging Face's chunked rule makes 3 per chunk and 2 more
+
+    def __init__(self, key_dim: int, value_dim: int, length: int, chunk_size: int):
+        super().__init__()
+        self.shapes = {(key_dim, value_dim), (value_dim, key_dim)}
+        self.length, self.chunk_size, self.made = length, chunk_size, 0
+        self.chunks = -(-length // chunk_size)
+        self.limit = self.PER_CHUNK * self.chunks + self.SPARE
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if (isinstance(result, torch.Tensor) and result.is_floating_point() and result.dim() >= 2
+                and tuple(result.shape[-2:]) in self.shapes):
+            self.made += 1
+            if self.made > self.limit:
+                raise PerPosition(f"到这一步，代码已经算出了 {self.made} 个状态形状 {list(result.shape)} 的张量，可 T = "
+                                  f"{self.length}、chunk_size = {self.chunk_size} 只有 {self.chunks} 块：按块计算时，每块只更新"
+                                  "一次状态（块内用矩阵乘法一次算完），不会每个位置都更新一次。")
+        return result
+
+
+def call_chunkwise(fn, case: Case) -> tuple:
+    """``call_rule`` for a chunked rule ``fn(q, k, v, g, beta, chunk_size=64, state=None)``, stopped once a call
+    has made more state-shaped tensors than a few per chunk (``PerPosition``): the recurrent loop, one position
+    at a time, gives the same numbers but is not the chunked form. Watched only where the shapes are unambiguous."""
+    q, v = case.args[0], case.args[2]
+    key_dim, value_dim = q.shape[-1], v.shape[-1]
+    chunk_size = case.kwargs.get("chunk_size", 64)
+    split = case.kwargs.get("split")
+    lengths = {q.shape[-2]} if split is None else {split, q.shape[-2] - split}
+    ambiguous = {length for t in lengths for length in (t, min(t, chunk_size), t % chunk_size)}
+    if key_dim == value_dim or {key_dim, value_dim} & ambiguous:
+        return call_rule(fn, case)
+
+    @functools.wraps(fn)
+    def watched(q, *args, **kwargs):
+        with _StateWatch(key_dim, value_dim, q.shape[-2], chunk_size):
+            return fn(q, *args, **kwargs)
+    return call_rule(watched, case)
+
+
 def call_conv(fn, case: Case) -> tuple:
     """``fn(x, weight, conv_state=None) → (y, conv_state)`` called once; or, when ``case.kwargs`` holds a
     ``split``, on the first ``split`` positions of ``x [B, C, T]`` and then from the conv state it returned on
@@ -492,7 +553,8 @@ def call_recurrent_decoder(cls, case: Case):
 
 PROTOCOLS = {fn.__name__: fn for fn in (call_function, call_blockwise, call_module, call_decoder, call_latent_decoder,
                                          call_absorbed_decoder, call_generate, call_sample_generate, call_cache, call_norm,
-                                         call_layer, call_rule, call_conv, call_recurrent_decoder)}
+                                         call_layer, call_rule, call_chunkwise, call_conv,
+                                         call_recurrent_decoder)}
 
 # The student's own classes that a protocol hands to the code under test, whatever that code names: the cache
 # a decoder is given, the attention in every layer of the real model.

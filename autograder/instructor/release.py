@@ -1,5 +1,13 @@
 """``course-release``: build the source notebooks from their jupytext twins and let nbgrader generate
-``release/`` from them; ``course-release --check`` says whether the committed ``release/`` is current.
+``release/`` from them; ``course-release --assignment A ...`` also records A in the class's gradebook;
+``course-release --check`` says whether the committed ``release/`` is current.
+
+``release/`` always holds every assignment (it is committed, and handed out or released from there). The
+gradebook (``gradebook.db``) holds only the assignments released to the class: those named with
+``--assignment`` on this or an earlier run (or generated in the formgrader, which records what it
+generates). nbgrader autogrades only an assignment recorded there, with its grade cells, and its gradebook
+and ``nbgrader export`` list every recorded assignment, with zeros for work not handed in: an assignment
+not yet released has no place there.
 
 In ``source/<assignment>/`` the ``.py`` file (jupytext percent format) is what instructors edit. Four tags
 mark the special cells; points come from the grader registry so they are written in one place:
@@ -19,16 +27,19 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import jupytext
 import nbformat
+from nbgrader.api import Gradebook
 
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from course import layout
 from course.layout import ROOT as REPO
 
 SCHEMA_VERSION = 3
+GRADEBOOK = "gradebook.db"  # nbgrader's default database, in the course directory
 
 
 class ReleaseError(Exception):
@@ -135,14 +146,36 @@ def build_sources(root: Path) -> None:
         nbformat.write(build_source_notebook(py_file, assignment), target)
 
 
-def generate(root: Path) -> None:
-    """Run ``nbgrader generate_assignment`` in ``root`` for every assignment (one nbgrader run for all)."""
+def gradebook_assignments(root: Path) -> list[str]:
+    """The assignments ``root``'s gradebook records (none when it has no gradebook yet)."""
+    if not (root / GRADEBOOK).is_file():  # opening a Gradebook would create the file
+        return []
+    with Gradebook(f"sqlite:///{root / GRADEBOOK}") as gradebook:
+        return sorted(a.name for a in gradebook.assignments)
+
+
+def generate(root: Path, released: Iterable[str] = tuple(ASSIGNMENTS)) -> list[str]:
+    """Build ``source/*.ipynb`` and ``release/`` in ``root`` for every assignment (one nbgrader run), and
+    leave ``root``'s gradebook recording the assignments it recorded before and ``released``, each with
+    its current grade cells, and no other; returns them. (The default, everything released, is a course
+    at the end of its term: the tests' and the benchmarks'.)"""
+    released = list(released)
+    unknown = [a for a in released if a not in ASSIGNMENTS]
+    if unknown:
+        raise ReleaseError(f"no assignment called {', '.join(unknown)}; the assignments are: {', '.join(ASSIGNMENTS)}")
     build_sources(root)
-    done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", "*",
-                           "--force", "--create", "--log-level=WARN"],
+    recorded = set(gradebook_assignments(root)) | set(released)
+    # nbgrader records every assignment it generates, or none with --no-db; it takes one pattern, not a list.
+    done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", "*", "--force",
+                           "--create" if recorded else "--no-db", "--log-level=WARN"],
                           cwd=root, capture_output=True, text=True)
     if done.returncode != 0:
         raise ReleaseError(f"nbgrader generate_assignment failed:\n{done.stdout}{done.stderr}")
+    if recorded:
+        with Gradebook(f"sqlite:///{root / GRADEBOOK}") as gradebook:
+            for assignment in set(ASSIGNMENTS) - recorded:  # recorded by this run alone: it has no submissions
+                gradebook.remove_assignment(assignment)
+    return gradebook_assignments(root)
 
 
 def differing_files(root: Path) -> list[str]:
@@ -160,14 +193,18 @@ def stale_files() -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         shutil.copy(REPO / "nbgrader_config.py", root)
-        generate(root)
+        generate(root, released=())
         return differing_files(root)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--assignment", nargs="+", default=[], metavar="A",
+                        help="also record these assignments in the gradebook: they are released to the class")
     parser.add_argument("--check", action="store_true", help="only say whether release/ is current")
     args = parser.parse_args(argv)
+    if args.check and args.assignment:
+        parser.error("--check changes nothing: run it without --assignment")
     try:
         if args.check:
             stale = stale_files()
@@ -177,11 +214,16 @@ def main(argv=None) -> int:
                 return 1
             print("release/ is current.")
             return 0
-        generate(REPO)
+        recorded = generate(REPO, released=args.assignment)
     except ReleaseError as e:
         print(f"course-release: {e}", file=sys.stderr)
         return 1
     print("release/ regenerated from source/.")
+    if recorded:
+        print(f"The gradebook ({GRADEBOOK}) records: {', '.join(recorded)}.")
+    else:
+        print(f"The gradebook ({GRADEBOOK}) records no assignment yet: `course-release --assignment A` "
+              "records the ones you release, before nbgrader can autograde them.")
     return 0
 
 

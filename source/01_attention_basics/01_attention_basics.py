@@ -222,6 +222,8 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 
 # %% tags=["tests:attention_scores"]
+from course import inplace
+attention_scores = inplace.guard(attention_scores)  # as in grading: changing an input in place fails
 got = attention_scores(toy.queries(), toy.keys())
 assert got.shape == (3, 3), f"三个 query 对三个 key，形状应是 (3, 3)，得到 {tuple(got.shape)}"
 assert not torch.allclose(got[2], torch.tensor([0.0, 4.0, 2.0]), atol=1e-2), \
@@ -321,6 +323,8 @@ def causal_mask(q_len: int, k_len: int | None = None, window: int | None = None)
 
 
 # %% tags=["tests:causal_mask"]
+from course import inplace
+causal_mask = inplace.guard(causal_mask)  # as in grading: changing an input in place fails
 lower = torch.tensor([[True, False, False], [True, True, False], [True, True, True]])
 got = causal_mask(3)
 assert got.dtype == torch.bool, f"掩码的 dtype 应是 torch.bool，得到 {got.dtype}"
@@ -392,6 +396,8 @@ def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 # %% tags=["tests:padding_mask"]
+from course import inplace
+padding_mask = inplace.guard(padding_mask)  # as in grading: changing an input in place fails
 hf_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
 got = padding_mask(hf_mask)
 assert got.dtype == torch.bool, f"dtype 应是 torch.bool，得到 {got.dtype}"
@@ -472,6 +478,8 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
 
 
 # %% tags=["tests:masked_softmax"]
+from course import inplace
+masked_softmax = inplace.guard(masked_softmax)  # as in grading: changing an input in place fails
 toy_scores = torch.tensor([0.0, 2.83, 1.41])
 got = masked_softmax(torch.stack([toy_scores, torch.zeros(3)]))  # two rows: the toy scores and a tie
 expected = torch.tensor([[0.045, 0.768, 0.187], [1 / 3, 1 / 3, 1 / 3]])
@@ -523,6 +531,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 # %% tags=["tests:attention"]
+from course import inplace
+attention = inplace.guard(attention)  # as in grading: changing an input in place fails
 out, w = attention(toy.queries(), toy.keys(), toy.values(), causal_mask(3))
 expected_w = torch.tensor([[1.0, 0.0, 0.0], [0.893, 0.107, 0.0], [0.045, 0.768, 0.187]])
 assert w.shape == (3, 3) and out.shape == (3, 2), \
@@ -785,6 +795,8 @@ def online_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
 
 # %% tags=["tests:online_softmax_attention"]
+from course import inplace
+online_softmax_attention = inplace.guard(online_softmax_attention)  # as in grading: changing an input in place fails
 q_t, k_t, v_t = toy.queries(), toy.keys(), toy.values()
 one_shot, _ = attention(q_t, k_t, v_t, causal_mask(3))
 for size in (1, 2, 3, 16):

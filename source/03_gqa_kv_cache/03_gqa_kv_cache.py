@@ -161,6 +161,8 @@ class KVCache:
 
 
 # %% tags=["tests:KVCache"]
+from course import inplace
+KVCache = inplace.guard(KVCache)  # as in grading: changing an input in place fails
 cache = KVCache()
 assert len(cache) == 0, f"空缓存的 len() 应是 0，得到 {len(cache)}"
 prompt_k, prompt_v = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 4)  # a 3-token prompt
@@ -275,6 +277,8 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
 
 
 # %% tags=["tests:repeat_kv"]
+from course import inplace
+repeat_kv = inplace.guard(repeat_kv)  # as in grading: changing an input in place fails
 numbered = torch.arange(2.0)[None, :, None, None]  # KV head j holds the number j
 got = repeat_kv(numbered, 4)
 assert got.shape == (1, 8, 1, 1), f"2 个 KV 头、n_rep = 4 应得到 8 个头 (1, 8, 1, 1)，得到 {tuple(got.shape)}"
@@ -377,6 +381,8 @@ class GroupedQueryAttention(nn.Module):
 
 
 # %% tags=["tests:GroupedQueryAttention"]
+from course import inplace
+GroupedQueryAttention = inplace.guard(GroupedQueryAttention)  # as in grading: changing an input in place fails
 torch.manual_seed(0)
 attn = GroupedQueryAttention(64, 8, 2)
 shapes = {name: tuple(p.shape) for name, p in attn.named_parameters()}
@@ -490,6 +496,8 @@ def kv_cache_bytes(batch: int, seq_len: int, num_layers: int, num_kv_heads: int,
 
 
 # %% tags=["tests:kv_cache_bytes"]
+from course import inplace
+kv_cache_bytes = inplace.guard(kv_cache_bytes)  # as in grading: changing an input in place fails
 got = kv_cache_bytes(1, 1, 6, 2, 256, 2)
 assert got == 12288, f"Qwen3.5-0.8B 每个 token 应占 12,288 字节，得到 {got}"
 assert type(got) is int, f"应返回 int，得到 {type(got).__name__}"
@@ -657,6 +665,8 @@ def attention_flops(batch: int, q_len: int, k_len: int, hidden_size: int, num_he
 
 
 # %% tags=["tests:attention_flops"]
+from course import inplace
+attention_flops = inplace.guard(attention_flops)  # as in grading: changing an input in place fails
 got = attention_flops(1, 1, 1, 4, 1, 1, 4)
 assert got == 144, (f"hidden 4，一个头，D = 4，一个 token：四个 4×4 投影 64 次乘加，Q·Kᵀ 和权重·V 各 4 次，"
                     f"共 72 次乘加 = 144 FLOPs，得到 {got}")

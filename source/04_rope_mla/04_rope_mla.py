@@ -268,6 +268,8 @@ def rope_cos_sin(positions: torch.Tensor, rotary_dim: int, theta: float) -> tupl
 
 
 # %% tags=["tests:rope_cos_sin"]
+from course import inplace
+rope_cos_sin = inplace.guard(rope_cos_sin)  # as in grading: changing an input in place fails
 cos_small, sin_small = rope_cos_sin(torch.arange(3), 4, 100.0)  # inv_freq = [1, 0.1]
 assert cos_small.shape == (3, 4) and sin_small.shape == (3, 4), \
     f"3 个位置、rotary_dim 4，cos/sin 应是 (3, 4)，得到 {tuple(cos_small.shape)}、{tuple(sin_small.shape)}"
@@ -328,6 +330,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 # %% tags=["tests:apply_rope"]
+from course import inplace
+apply_rope = inplace.guard(apply_rope)  # as in grading: changing an input in place fails
 cos_t, sin_t = rope_cos_sin(torch.arange(2), 4, 100.0)  # position 1 turns pair 0 by 1 rad, pair 1 by 0.1 rad
 x_e0 = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])  # dim 0 pairs with dim 2
 got = apply_rope(x_e0, cos_t, sin_t)
@@ -670,6 +674,8 @@ class LatentKVCache:
 
 
 # %% tags=["tests:LatentKVCache"]
+from course import inplace
+LatentKVCache = inplace.guard(LatentKVCache)  # as in grading: changing an input in place fails
 cache_check = LatentKVCache()
 assert len(cache_check) == 0, f"空缓存的 len() 应是 0，得到 {len(cache_check)}"
 first_latent, first_rope = torch.randn(2, 3, 8), torch.randn(2, 3, 4)
@@ -807,6 +813,8 @@ class MultiHeadLatentAttention(nn.Module):
 
 
 # %% tags=["tests:MultiHeadLatentAttention"]
+from course import inplace
+MultiHeadLatentAttention = inplace.guard(MultiHeadLatentAttention)  # as in grading: changing an input in place fails
 def mla_config(q_lora_rank=None):
     return SimpleNamespace(hidden_size=32, num_attention_heads=4, q_lora_rank=q_lora_rank, kv_lora_rank=8,
                            qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=6, rope_theta=10_000.0, rms_norm_eps=1e-6)
@@ -895,6 +903,8 @@ class MultiHeadLatentAttention(MultiHeadLatentAttention):
 
 
 # %% tags=["tests:forward_absorbed"]
+from course import inplace
+MultiHeadLatentAttention = inplace.guard(MultiHeadLatentAttention)  # as in grading: changing an input in place fails
 torch.manual_seed(0)
 mla = MultiHeadLatentAttention(mla_config(12))
 assert hasattr(mla, "forward_absorbed"), "MultiHeadLatentAttention 应有 forward_absorbed 方法"
@@ -1003,6 +1013,8 @@ def mla_cache_bytes(batch: int, seq_len: int, num_layers: int, kv_lora_rank: int
 
 
 # %% tags=["tests:mla_cache_bytes"]
+from course import inplace
+mla_cache_bytes = inplace.guard(mla_cache_bytes)  # as in grading: changing an input in place fails
 got = mla_cache_bytes(1, 1, 1, 64, 26, 1)
 assert got == 90, f"教程的例子：一层一个 token 应存 64 + 26 = 90 个数，得到 {got}"
 got = mla_cache_bytes(1, 1, 1, 512, 64, 1)

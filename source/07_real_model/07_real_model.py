@@ -223,6 +223,8 @@ class LlamaAttention(nn.Module):
 
 
 # %% tags=["tests:LlamaAttention"]
+from course import inplace
+LlamaAttention = inplace.guard(LlamaAttention)  # as in grading: changing an input in place fails
 small = SimpleNamespace(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8, rope_theta=10_000.0)
 torch.manual_seed(0)
 llama_small = LlamaAttention(small)
@@ -412,6 +414,8 @@ def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
 
 
 # %% tags=["tests:greedy_generate"]
+from course import inplace
+greedy_generate = inplace.guard(greedy_generate)  # as in grading: changing an input in place fails
 check_ids = torch.tensor([tokenizer.encode("The capital of France is").ids])
 fed = []
 counting = model.register_forward_pre_hook(
@@ -594,6 +598,8 @@ def sampling_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | 
 
 
 # %% tags=["tests:sampling_probs"]
+from course import inplace
+sampling_probs = inplace.guard(sampling_probs)  # as in grading: changing an input in place fails
 # A hand example: two rows of five logits. Row 0's softmax is 0.563, 0.207, 0.126, 0.076, 0.028; row 1's largest
 # two logits (3 and 2, at 1 and 3) take 0.641 and 0.236. Two tokens one logit apart share 1 as sigmoid(±1).
 hand_logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0], [0.0, 3.0, 1.0, 2.0, -2.0]])
@@ -712,6 +718,8 @@ def sample_generate(model, input_ids: torch.Tensor, max_new_tokens: int, generat
 
 
 # %% tags=["tests:sample_generate"]
+from course import inplace
+sample_generate = inplace.guard(sample_generate)  # as in grading: changing an input in place fails
 options = {"temperature": 0.8, "top_p": 0.9}
 fed = []
 counting = model.register_forward_pre_hook(

@@ -160,6 +160,8 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
 
 
 # %% tags=["tests:linear_attention"]
+from course import inplace
+linear_attention = inplace.guard(linear_attention)  # as in grading: changing an input in place fails
 q_hand = torch.tensor([1.0, 2.0]).view(1, 1, 2, 1)  # [B=1, H=1, T=2, Dk=1]
 k_hand = torch.tensor([3.0, 4.0]).view(1, 1, 2, 1)
 v_hand = torch.tensor([5.0, 6.0]).view(1, 1, 2, 1)
@@ -228,6 +230,8 @@ def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 
 
 # %% tags=["tests:linear_attention_recurrent"]
+from course import inplace
+linear_attention_recurrent = inplace.guard(linear_attention_recurrent)  # as in grading: changing an input in place fails
 got, state_hand = linear_attention_recurrent(q_hand, k_hand, v_hand)
 assert got.shape == (1, 1, 2, 1) and state_hand.shape == (1, 1, 1, 1), \
     f"应返回 o (1, 1, 2, 1) 和 state [B, H, Dk, Dv] = (1, 1, 1, 1)，得到 {tuple(got.shape)}、{tuple(state_hand.shape)}"
@@ -438,6 +442,8 @@ def delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Te
 
 
 # %% tags=["tests:delta_rule"]
+from course import inplace
+delta_rule = inplace.guard(delta_rule)  # as in grading: changing an input in place fails
 # One key (1, 0) written twice, first with value (1, 0), then with (0, 1); q reads the same key.
 key_twice = torch.tensor([[1.0, 0.0], [1.0, 0.0]]).view(1, 1, 2, 2)
 values_twice = torch.tensor([[1.0, 0.0], [0.0, 1.0]]).view(1, 1, 2, 2)
@@ -589,6 +595,8 @@ def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
 
 
 # %% tags=["tests:gated_delta_rule"]
+from course import inplace
+gated_delta_rule = inplace.guard(gated_delta_rule)  # as in grading: changing an input in place fails
 # Dk = Dv = 1, q = k = 1, v = (1, 1), exp(g) = (1, 0.5), beta = (1, 0.5):
 # t = 0: S = 1; t = 1: decay to 0.5, read 0.5, delta = 0.5·(1 − 0.5) = 0.25, S = 0.75.
 ones_2 = torch.ones(1, 1, 2, 1)
@@ -689,6 +697,10 @@ plt.show()
 # 输入、输出和 `gated_delta_rule` 完全一样，结果也要一样（到浮点误差），对任何 $T$ 都成立：$T$ 不是 `chunk_size`
 # 的整数倍时，最后一块短一些；$T = 1$ 也要能算。在 float32 里算（bfloat16 的输入先转过来），返回 `q` 的 dtype。
 #
+# 只在块与块之间循环：块内的 $c$ 个位置用矩阵乘法一起算，状态每块只更新一次。评分时会数你的代码算出了多少个
+# 状态形状 $[B, H, D_k, D_v]$ 的张量：逐个位置更新状态的循环（比如每块调用一次 `gated_delta_rule`）结果一样，
+# 但不是分块算法，不得分。
+#
 # 每一块（`q[..., s:s+C, :]` 等，$c$ 是这一块的实际长度）：
 #
 # 1. `gamma = g.cumsum(-1)`；`decay[t, j] = exp(gamma[t] − gamma[j])`，$j > t$ 的位置先填 $-\infty$ 再 exp；
@@ -741,6 +753,8 @@ def chunked_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
 
 # %% tags=["tests:chunked_gated_delta_rule"]
+from course import inplace
+chunked_gated_delta_rule = inplace.guard(chunked_gated_delta_rule)  # as in grading: changing an input in place fails
 got, state_hand_chunked = chunked_gated_delta_rule(ones_2, ones_2, ones_2, g_hand, beta_hand, chunk_size=2)
 assert torch.allclose(got.flatten(), torch.tensor([1.0, 0.75]), atol=1e-6), \
     f"练习 4 的小例子（一块两个位置）应得到 [1, 0.75]，得到 {got.flatten().tolist()}"
@@ -877,6 +891,8 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor,
 
 
 # %% tags=["tests:causal_conv1d"]
+from course import inplace
+causal_conv1d = inplace.guard(causal_conv1d)  # as in grading: changing an input in place fails
 x_hand = torch.tensor([1.0, 2.0, 3.0]).view(1, 1, 3)
 w_hand = torch.tensor([1.0, 10.0, 100.0]).view(1, 1, 3)  # y_t = x_{t-2} + 10 x_{t-1} + 100 x_t
 y_hand, state_conv = causal_conv1d(x_hand, w_hand)
@@ -1166,6 +1182,8 @@ assert silent.abs().max() < 1e-6, "z = 0 时 SiLU(z) = 0，输出应是 0：门�
 print("✓ 第 4～5 步：delta 规则和带门的 norm 都对")
 
 # %% tags=["tests:Qwen35GatedDeltaNet"]
+from course import inplace
+Qwen35GatedDeltaNet = inplace.guard(Qwen35GatedDeltaNet)  # as in grading: changing an input in place fails
 torch.manual_seed(7)
 layer = Qwen35GatedDeltaNet(small)
 with torch.no_grad():

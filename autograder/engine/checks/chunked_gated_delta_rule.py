@@ -1,7 +1,8 @@
 """Check of ``chunked_gated_delta_rule(q, k, v, g, beta, chunk_size=64, state=None) → (o, state)``: the gated
 delta rule computed a chunk at a time (the WY / UT form), equal to the recurrent ``gated_delta_rule`` for any T:
 a multiple of the chunk or not, T = 1, T shorter than the default chunk, from a given state, continued from its
-own state, and a long input of many chunks."""
+own state, and a long input of many chunks, where code that updates the state at every position is stopped
+(``protocols.call_chunkwise``): it gives the same numbers, but it is the recurrent loop, not the chunked form."""
 import torch
 
 from autograder.engine.checks.gated_delta_rule import _gates, hand_case
@@ -9,7 +10,7 @@ from autograder.engine.checks.linear_attention_recurrent import OUTPUT_NAMES
 from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs import linear_attention as inputs
 from autograder.engine.inputs.seeded import generator
-from autograder.engine.protocols import Case, call_rule
+from autograder.engine.protocols import Case, call_chunkwise
 from solutions.gated_deltanet import chunked_gated_delta_rule
 
 
@@ -84,7 +85,10 @@ MISTAKES = (
             "读旧状态用 (q_i exp(γ_i)) memory。", chunked(decay_query=False)),
     Mistake("块末更新状态时 k 没有乘 exp(γ_C − γ_i)", "位置 i 写入的 k_i δ_iᵀ 到块末还要再衰减 exp(γ_C − γ_i)："
             "memory ← exp(γ_C) memory + (k ⊙ exp(γ_C − γ))ᵀ δ。", chunked(decay_key=False)),
+    Mistake("没有按块计算：每个位置都更新了一次状态", "结果和递推一样，但这是逐个位置的循环，T 个位置要走 T 步。分块的做法是：块内"
+            "先用矩阵乘法和 UT 变换一次算出所有修正量 δ，再用一次矩阵乘法把整块写进状态，只在块与块之间循环。",
+            error="PerPosition"),
 )
 
 EXERCISE = Exercise("chunked_gated_delta_rule", 5, chunked_gated_delta_rule, cases, MISTAKES, output_names=OUTPUT_NAMES,
-                    call=call_rule)
+                    call=call_chunkwise)

@@ -71,14 +71,17 @@ def _qwen35_case() -> Case:
     found = checkpoint.find_checkpoint()
     cfg = checkpoint.load_config(found.folder)
     source = "合成的替身权重" if found.synthetic else "真实的 Qwen3.5-0.8B"
-    weights = checkpoint.load_linear_attention_layer(LAYERS[0], found.folder, dtype=torch.float32, verbose=False)
+    weights = checkpoint.load_linear_attention_layer(LAYERS[0], found.folder, verbose=False)
+    # Named by file where the sandbox can read them (40 MB in float32 that no job then carries), else carried.
+    layer = (checkpoint.stored_linear_attention(LAYERS[0], found.folder)
+             or {name: t.float() for name, t in checkpoint.submodule_state(weights, "linear_attn").items()})
     norm = ZeroCenteredRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-    norm.load_state_dict({"weight": weights["input_layernorm.weight"]})
+    norm.load_state_dict({"weight": weights["input_layernorm.weight"].float()})
     with torch.no_grad():
         x = norm(checkpoint.load_embedding_rows(PROMPT_IDS, found.folder, dtype=torch.float32, verbose=False))[None]
     kwargs, said = modules.forward_arguments(None, (4, 1, 1))
     return Case(f"第 {LAYERS[0]} 层（{source}），输入是「{PROMPT}」的 {x.shape[1]} 个 token 过 input_layernorm，"
-                f"{dtype_name(torch.float32)}{said}", ((cfg,), checkpoint.submodule_state(weights, "linear_attn"), x),
+                f"{dtype_name(torch.float32)}{said}", ((cfg,), layer, x),
                 kwargs)
 
 

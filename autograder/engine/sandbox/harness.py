@@ -27,6 +27,7 @@ from autograder.engine.sandbox.report import (
 )
 from autograder.engine.sandbox.walls import GraderProblem
 from autograder.engine.student_code import Cell, StudentCode, student_code
+from course.inplace import same
 
 NOT_IMPLEMENTED = "还没有实现（not yet implemented）"
 GRADING_PACKAGES = ("autograder", "solutions")
@@ -216,21 +217,11 @@ def _raised_by_the_grader(exc: BaseException) -> bool:
     return type(exc) is GraderProblem and bool(frames) and frames[-1][0].f_code.co_filename == protocols.__file__
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if torch.equal(a, b):  # the common case, and the fast one on a layer's weights
-        return True
-    equal = a == b
-    if a.is_floating_point():
-        equal |= a.isnan() & b.isnan()
-    return bool(equal.all())
-
-
 def _changed_inputs(before, after, where: str) -> list[str]:
-    """Which input tensors the call changed in place, named for the student."""
+    """Which input tensors the call changed in place (``course.inplace.same``: the rule the notebooks' own checks
+    apply too), named for the student."""
     if isinstance(before, torch.Tensor):
-        return [] if isinstance(after, torch.Tensor) and _same(before, after) else [where]
+        return [] if isinstance(after, torch.Tensor) and same(before, after) else [where]
     if isinstance(before, (tuple, list)):
         return [name for i, (b, a) in enumerate(zip(before, after))
                 for name in _changed_inputs(b, a, f"{where}第 {i + 1} 项" if where else f"第 {i + 1} 个参数")]

@@ -15,6 +15,7 @@ mount namespace of its own in which the grading packages are empty (``hidden-ans
 a probe run behind every wall tries to read the answers: if it can, no wall keeps them out, and every job
 is refused as the grader's problem (``answers``: grading fails closed).
 """
+import contextlib
 import math
 import os
 import shutil
@@ -466,10 +467,10 @@ def _make_removable(function, path, _):
 def readable_paths() -> list[tuple[str, str]]:
     """What a run may read, as (path, "read") for whole trees and (path, "list") for folders whose
     entries are granted one by one: Python's library folders, without the grading packages; the
-    ``course`` package; the converted SmolLM2 weights, when they are there; the system's shared
-    libraries. Nothing granted is, or holds, the course repository or a grading package."""
+    ``course`` package; the converted SmolLM2 weights, when they are there, and the cache's Qwen3.5 weights;
+    the system's shared libraries. Nothing granted is, or holds, the course repository or a grading package."""
     import course
-    from course import smollm2
+    from course import qwen35_weights, smollm2
 
     grading = _grading_packages()
     checkout = grading[0].parent if grading and (grading[0].parent / "pyproject.toml").is_file() else None
@@ -495,9 +496,14 @@ def readable_paths() -> list[tuple[str, str]]:
     for location in course.__path__:
         found[str(Path(location).resolve())] = "read"
     # The real model of assignment 07 (`course-weights smollm2`): weights, not answers, read where they are.
-    weights = smollm2.model_folder().resolve()
-    if weights.is_dir() and allowed(weights):
-        found[str(weights)] = "read"
+    # And the Qwen3.5 weights of the cache, which jobs name by file (course/stored_tensors.py): made here if
+    # need be, since a rule needs the folder, and the stand-in's layers are written there on first use.
+    qwen35 = qwen35_weights.cache_folder()
+    with contextlib.suppress(OSError):
+        qwen35.mkdir(parents=True, exist_ok=True)
+    for weights in (smollm2.model_folder().resolve(), qwen35.resolve()):
+        if weights.is_dir() and allowed(weights):
+            found[str(weights)] = "read"
     # Shared libraries, and what CPU feature detection (torch's cpuinfo) reads.
     for system in ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache", "/proc/cpuinfo",
                    "/sys/devices/system/cpu"):

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from autograder.engine import limits
@@ -129,7 +130,7 @@ def _grade(args) -> int:
     for h in handed:
         data, problem = _read(h, roster.root)
         key = notebook_key(fingerprints[h.assignment], h.assignment, data, problem)
-        entries.append(Entry(h.student, h.assignment, key, h.source.label(roster.root) if h.source else ""))
+        entries.append(Entry(h.student, h.assignment, key, h.source.label(roster.root) if h.source else "", h.late))
         if not store.done(key):
             groups.setdefault(key, []).append(len(entries) - 1)
     unchanged = len(entries) - sum(len(g) for g in groups.values())
@@ -145,7 +146,7 @@ def _grade(args) -> int:
             data, problem = _read(first, roster.root)
             now = notebook_key(fingerprints[first.assignment], first.assignment, data, problem)
             if now != key:  # changed since the scan: grade what is there now; the others keep their own key
-                entries[indices[0]] = Entry(first.student, first.assignment, now, entries[indices[0]].source)
+                entries[indices[0]] = replace(entries[indices[0]], key=now)
                 if indices[1:]:
                     pending.append((key, indices[1:]))
                     progress.total += 1

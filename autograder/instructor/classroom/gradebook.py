@@ -2,10 +2,12 @@
 spreadsheet or an LMS imports.
 
 grades.csv has one row per student: a column per exercise (``<assignment>/<exercise>``), one per
-assignment (its total), then ``total`` and ``percent``. An assignment the student did not hand in is left
-empty, not 0, so an LMS can tell "missing" from "scored nothing"; ``total`` counts it as 0. Points are the
-engine's, the same as ``pytest autograder/`` and ``nbgrader autograde`` give. The files are UTF-8 with a
-byte-order mark, which is what Excel needs to show Chinese names; other programs ignore it.
+assignment (its total) and one that says whether it was handed in late (``<assignment>/late``: ``yes`` or
+``no`` as the LMS's export marks it, empty where the export says nothing), then ``total`` and ``percent``.
+An assignment the student did not hand in is left empty, not 0, so an LMS can tell "missing" from "scored
+nothing"; ``total`` counts it as 0. Points are the engine's, the same as ``pytest autograder/`` and
+``nbgrader autograde`` give. The files are UTF-8 with a byte-order mark, which is what Excel needs to show
+Chinese names; other programs ignore it.
 
 Both are spreadsheet-safe: a text cell that a spreadsheet would run as a formula (a student's or a mistake's
 name starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return) is written with a leading ``'``,
@@ -18,6 +20,7 @@ from autograder.engine.assignments import ASSIGNMENTS
 from autograder.instructor.classroom.results_store import NotebookResult
 
 _BOM = "\ufeff"
+_LATE = {True: "yes", False: "no", None: ""}
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # OWASP's list: what makes a spreadsheet read a formula
 
 
@@ -47,17 +50,18 @@ class Gradebook:
     def header(self) -> list[str]:
         columns = ["student"]
         for assignment in self.assignments:
-            columns += [f"{assignment}/{e.name}" for e in ASSIGNMENTS[assignment]] + [assignment]
+            columns += [f"{assignment}/{e.name}" for e in ASSIGNMENTS[assignment]] + [assignment, f"{assignment}/late"]
         return columns + ["total", "percent"]
 
-    def add(self, student: str, results: dict[str, NotebookResult]) -> None:
-        row, total = [student], 0
+    def add(self, student: str, results: dict[str, NotebookResult], late: dict[str, bool | None] | None = None) -> None:
+        """One student's row: ``results`` and, per assignment, whether it was late (missing: not known)."""
+        row, total, late = [student], 0, late or {}
         for assignment in self.assignments:
             result = results.get(assignment)
             if result is None:
-                row += [""] * (len(ASSIGNMENTS[assignment]) + 1)
+                row += [""] * (len(ASSIGNMENTS[assignment]) + 2)
                 continue
-            row += [v.points for v in result.verdicts] + [result.points]
+            row += [v.points for v in result.verdicts] + [result.points, _LATE[late.get(assignment)]]
             total += result.points
             for verdict in result.verdicts:
                 if verdict.mistake:

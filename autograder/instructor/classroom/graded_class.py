@@ -1,6 +1,7 @@
 """The record of one ``course-grade`` run, ``<out>/.course-grade/class.json``: which student handed in which
-assignment and the key of its result in the store, the shard, the grader's fingerprint. The outputs are
-built from it and the store alone, which is what lets shards be merged into exactly one run's outputs.
+assignment, the key of its result in the store and whether the LMS marked it late, the shard, the grader's
+fingerprint. The outputs are built from it and the store alone, which is what lets shards be merged into
+exactly one run's outputs.
 """
 import json
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ class Entry:
     assignment: str
     key: str
     source: str  # where the notebook was, relative to the class folder
+    late: bool | None  # as the LMS's file name says (``roster.Handed.late``); None where it says nothing
 
 
 @dataclass
@@ -53,14 +55,16 @@ class GradedClass:
         return [a for a in ASSIGNMENTS if a in present]
 
     def by_student(self, stores: list[ResultStore]):
-        """(student, {assignment: result}) for each student in order, loading one student's results at a time."""
+        """(student, {assignment: result}, {assignment: late}) for each student in order, loading one student's
+        results at a time."""
         ordered = sorted(self.entries, key=lambda e: (e.student, e.assignment))
         for student, entries in groupby(ordered, key=lambda e: e.student):
-            yield student, {e.assignment: _load(stores, e) for e in entries}
+            entries = list(entries)
+            yield student, {e.assignment: _load(stores, e) for e in entries}, {e.assignment: e.late for e in entries}
 
     def save(self, out: Path) -> None:
         record = {"shard": list(self.shard), "fingerprint": self.fingerprint, "only": self.only,
-                  "entries": [[e.student, e.assignment, e.key, e.source] for e in self.entries]}
+                  "entries": [[e.student, e.assignment, e.key, e.source, e.late] for e in self.entries]}
         write_atomically(record_file(out), json.dumps(record, ensure_ascii=False, indent=0))
 
     @classmethod
@@ -106,18 +110,20 @@ def _checked(record: object) -> GradedClass:
 
 
 def _entry(index: int, raw: object, only: list[str] | None) -> Entry:
-    """Entry ``index`` of class.json, checked: [student, assignment, key, source], the student's name one that is
-    safe as a folder name (``names.student_name``; NFC from here on), the assignment one of the course's (and of
-    ``only``), the key one the store makes (``checked_key``), the source text."""
-    if not (isinstance(raw, list) and len(raw) == 4):
-        raise ValueError(f"entry {index} is not [student, assignment, key, source]")
-    student, assignment, key, source = raw
+    """Entry ``index`` of class.json, checked: [student, assignment, key, source, late], the student's name one
+    that is safe as a folder name (``names.student_name``; NFC from here on), the assignment one of the course's
+    (and of ``only``), the key one the store makes (``checked_key``), the source text, late true, false or null."""
+    if not (isinstance(raw, list) and len(raw) == 5):
+        raise ValueError(f"entry {index} is not [student, assignment, key, source, late]")
+    student, assignment, key, source, late = raw
     if not _is_assignment(assignment) or (only is not None and assignment not in only):
         raise ValueError(f"entry {index}: {assignment!r} is not an assignment of the course that this run graded")
     if not isinstance(source, str):
         raise ValueError(f"entry {index}: the source {source!r} is not text")
+    if late is not None and not isinstance(late, bool):
+        raise ValueError(f"entry {index}: late {late!r} is not true, false or null")
     try:
-        return Entry(student_name(student), assignment, checked_key(key), source)
+        return Entry(student_name(student), assignment, checked_key(key), source, late)
     except ValueError as e:
         raise ValueError(f"entry {index}: {e}") from None
 

@@ -32,8 +32,8 @@ def write_outputs(out: Path, graded: GradedClass, stores: list[ResultStore]) -> 
     gradebook = Gradebook(graded.assignments)
     stats = {a: AssignmentStats(a) for a in graded.assignments}
     pages: set[Path] = set()
-    for student, results in graded.by_student(stores):
-        gradebook.add(student, results)
+    for student, results, late in graded.by_student(stores):
+        gradebook.add(student, results, late)
         for assignment, result in results.items():
             stats[assignment].add(student, result)
             page = out / FEEDBACK / student / f"{assignment}.html"

@@ -30,10 +30,13 @@ File names (the assignment comes from the name, or from --assignment when it nam
   plain       <student>.ipynb or <student>.zip (a zip may hold several assignments' notebooks, named as in
               release/)
   In Canvas, Moodle and Blackboard names, <file> is the student's own file name: it must contain an
-  assignment's name (01_attention_basics) or start with its number (01_)."""
+  assignment's name (01_attention_basics) or start with its number (01_).
+Late: Canvas marks a late submission with _LATE (grades.csv's <assignment>/late says yes or no). Moodle's and
+  Blackboard's downloads carry no such marker, and nbgrader's submitted/ leaves lateness to nbgrader: there the
+  column is left empty."""
 
 _SUFFIXES = (".ipynb", ".zip")
-_CANVAS = re.compile(r"^(?P<name>[^_]+)(?:_LATE)?_(?P<user>\d+)_\d+_(?P<file>.+)$")
+_CANVAS = re.compile(r"^(?P<name>[^_]+)(?P<late>_LATE)?_(?P<user>\d+)_\d+_(?P<file>.+)$")
 _MOODLE = re.compile(r"^(?P<student>.+?_\d+)_assignsubmission_[a-z]+_(?P<file>.*)$")
 _BLACKBOARD = re.compile(r"^.+?_(?P<student>[^_]+)_attempt_\d{4}(?:-\d{2}){5}(?:_(?P<file>.*))?$")
 _MOODLE_FOLDER = re.compile(r"_assignsubmission_[a-z]+_?$")
@@ -63,12 +66,15 @@ class Source:
 @dataclass(frozen=True)
 class Handed:
     """One student's notebook for one assignment. ``problem`` (the student's doing, e.g. two notebooks where
-    one is expected) makes every exercise of the assignment a zero with that message, as in ``pytest``."""
+    one is expected) makes every exercise of the assignment a zero with that message, as in ``pytest``.
+    ``late`` is what the LMS's file name says: True or False where it marks late submissions (Canvas), None
+    where it says nothing about it."""
 
     student: str
     assignment: str
     source: Source | None
     problem: str = ""
+    late: bool | None = None
 
 
 @dataclass
@@ -110,12 +116,12 @@ def find(path: Path, only: list[str] | None = None) -> Roster:
         for handed in scan.student_folder(folder, student):
             found.setdefault((handed.student, handed.assignment), []).append(handed)
     for file in files:
-        student, assignment, named = _parse_name(file.name)
+        student, assignment, named, late = _parse_name(file.name)
         if not student:
             problems.append(f"{file.name}: the student's name cannot be read from the file name")
             continue
         for handed in scan.file(file, student, assignment or default, named):
-            found.setdefault((handed.student, handed.assignment), []).append(handed)
+            found.setdefault((handed.student, handed.assignment), []).append(replace(handed, late=late))
     handed = _unique(root, {key: found[key] for key in found if key[1] in wanted}, problems)
     # On the names as found: "josé" composed and decomposed are two students to be told apart, not one.
     students = {h.student for h in handed}
@@ -151,22 +157,24 @@ def _layout_problems(root: Path, folders: list[Path], files: list[Path]) -> list
     return []
 
 
-def _parse_name(name: str) -> tuple[str, str | None, list[str]]:
-    """(student, assignment or None, assignments the name mentions) from a flat folder's file name."""
+def _parse_name(name: str) -> tuple[str, str | None, list[str], bool | None]:
+    """(student, assignment or None, assignments the name mentions, late) from a flat folder's file name; late
+    is None unless the name is Canvas's, the one LMS that marks late submissions in it."""
     stem = name.rsplit(".", 1)[0]
     for pattern in (_CANVAS, _MOODLE, _BLACKBOARD):
         match = pattern.match(stem)
         if match:
             groups = match.groupdict()
-            student = f"{groups['name']}_{groups['user']}" if pattern is _CANVAS else groups["student"]
+            canvas = pattern is _CANVAS
+            student = f"{groups['name']}_{groups['user']}" if canvas else groups["student"]
             named = assignments_named(groups.get("file") or "")
-            return student.strip(), named[0] if len(named) == 1 else None, named
+            return student.strip(), named[0] if len(named) == 1 else None, named, bool(groups["late"]) if canvas else None
     # A plain name also holds the student's: only an assignment's full name tells the two apart.
     named = assignments_named(stem, by_number=False)
     if len(named) != 1:
-        return stem.strip(), None, named
+        return stem.strip(), None, named, None
     before, _, after = stem.partition(named[0])
-    return (before.strip(_SEPARATORS) or after.strip(_SEPARATORS)), named[0], named
+    return (before.strip(_SEPARATORS) or after.strip(_SEPARATORS)), named[0], named, None
 
 
 @dataclass

@@ -1,0 +1,15 @@
+"""The system's Chromium as the browser tests drive it (through Playwright's executable_path: Playwright's own
+browser download cannot work here), and a free local port for the servers they start."""
+import shutil
+import socket
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Chromium on a closed network, as root in CI: no sandbox, no background connections.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
+                 "--disable-background-networking", "--disable-component-update"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,30 @@
+"""The two checks of the natural mistakes, for the test files that run them (07's, graded through the real model,
+sit in a file of their own so that the full run spreads them over another core)."""
+from autograder.engine.grading import grade_cells
+from autograder.engine.student_code import Cell
+from tests.natural_mistakes import source, verify
+from tests.natural_mistakes.judged import JUDGED, NAMES
+from tests.natural_mistakes.reading import names, reading
+
+
+def writers_correct_code_passes_and_every_entry_is_a_mistake(module, sandbox) -> None:
+    """Correct code written by someone else is accepted; each mistake differs from it on probes of the writer's
+    own (never the grader's cases), in exactly the exercises it lists, and raises when it says it does."""
+    for verdict in grade_cells(module.ASSIGNMENT, [Cell("代码单元 #1", source(module))], sandbox):
+        assert verdict.passed, verdict.message
+    assert verify.verify(module) == 0
+
+
+def reads_as_judged(module, entry, sandbox) -> None:
+    """The entry is caught, its names are those judged, and a message judged named or clue still is."""
+    verdicts = grade_cells(module.ASSIGNMENT, [Cell("代码单元 #1", source(module, entry))], sandbox)
+    row = {"exercises": list(entry.exercises),
+           "verdicts": [{"exercise": v.exercise, "passed": v.passed, "summary": v.summary, "details": v.details,
+                         "mistake": v.mistake} for v in verdicts]}
+    judged, why = JUDGED[entry.id]
+    now = reading(row)
+    assert now != "missed", f"{entry.id} is not caught: {entry.cause}"
+    assert names(row) == NAMES.get(entry.id, {}), (f"{entry.id}: the names changed since they were judged "
+                                                   f"({why}); judge them again: {names(row)}")
+    if judged in ("named", "clue"):
+        assert now in ("named", "clue"), f"{entry.id} was judged {judged} ({why}), now reads {now}"

@@ -1,0 +1,383 @@
+"""A class on one server, for real: JupyterHub with deploy/jupyterhub/jupyterhub_config.py as it is (PAM
+logins, Unix accounts, the formgrader as a Hub service run as the grader account, the students' Jupyter
+config), its proxy (configurable-http-proxy) and nbgrader's exchange made by make-exchange.sh; students
+and an instructor in headless Chromium.
+
+An instructor generates and releases 01 in the formgrader; a student logs in, fetches it in JupyterLab's
+Assignments tab and submits it there, a second one, with a mistake, does the same from a terminal with
+nbgrader's commands (the answers are written into the fetched notebook on disk, as the student's own file:
+typing them is tests/test_browser.py's subject); the instructor collects, autogrades, generates and
+releases feedback, each with the formgrader's own button; the first student fetches the feedback and reads
+it. nbgrader's marks equal `pytest autograder/`'s for the same notebooks (the engine's, graded in this
+process as the plugin grades), the mistaken student's are lower, the feedback shows no hidden tests, and
+the students' JupyterLab has no instructor menus and no way into the formgrader.
+
+Differences from a class server, each the least this machine needs: the accounts are made for the test
+(prefix ``attn-hub-``) and removed after it; the Hub runs in a mount namespace of its own, where /srv (the
+exchange) is an empty tmpfs and any folder closed to other accounts on the way to the test's Python
+(/root, for a pyenv Python) is replaced by an open one holding only that way; the students' and the
+grader's environment are the test's own, and the ports are free ones.
+"""
+import grp
+import os
+import pwd
+import re
+import shlex
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote
+
+import nbformat
+import pytest
+from nbgrader.api import Gradebook
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from autograder.engine.assignments import ASSIGNMENTS
+from autograder.engine.grading import grade_notebook
+from autograder.instructor.release import build_source_notebook, source_file
+from course.layout import ROOT as REPO
+from tests.chromium import CHROMIUM, CHROMIUM_ARGS, free_port
+from tests.notebooks import ASSIGNMENT, filled, source_solutions
+from tests.student_code import MISTAKES_01
+
+DEPLOY = REPO / "deploy" / "jupyterhub"
+PREFIX = "attn-hub-"
+STUDENT, MISTAKEN, TEACHER, GRADER = (PREFIX + name for name in ("ada", "bo", "teacher", "grader"))
+STUDENTS, INSTRUCTORS = PREFIX + "students", PREFIX + "instructors"
+MEMBERS = {STUDENT: STUDENTS, MISTAKEN: STUDENTS, TEACHER: INSTRUCTORS, GRADER: None}
+PASSWORD = "attention-hub-test-password"
+SERVICE = "/services/attention-course"
+MISTAKE = next(m for m in MISTAKES_01 if m[0] == "padding_mask")  # no later exercise calls padding_mask
+MISTAKE_POINTS = next(e.points for e in ASSIGNMENTS[ASSIGNMENT] if e.name == "padding_mask")
+NOTEBOOKS = {STUDENT: filled(source_solutions()), MISTAKEN: filled({**source_solutions(), "padding_mask": MISTAKE[2]})}
+FULL_MARKS = sum(e.points for e in ASSIGNMENTS[ASSIGNMENT])
+EXPECTED = {STUDENT: FULL_MARKS, MISTAKEN: FULL_MARKS - MISTAKE_POINTS}
+SECONDS = 120  # for any one step: a server spawned, the formgrader up, an autograde
+
+# What the test adds to the deploy's configuration: its own ports, on the loopback.
+OVERLAY = """c = get_config()
+load_subconfig({config!r})
+c.JupyterHub.bind_url = "http://127.0.0.1:{public}"
+c.JupyterHub.hub_bind_url = "http://127.0.0.1:{hub}"
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy}"
+c.JupyterHub.services[0]["url"] = "http://127.0.0.1:{formgrader}"
+"""
+
+
+def needs() -> str | None:
+    """Why this machine cannot run the class, or None."""
+    missing = [name for name in ("unshare", "nsenter", "runuser", "useradd", "chpasswd", "configurable-http-proxy")
+               if not shutil.which(name)]
+    if missing:
+        return f"needs {', '.join(missing)} (.ci/run installs configurable-http-proxy with npm)"
+    if CHROMIUM is None:
+        return "needs the system's Chromium (.ci/run installs it)"
+    if os.geteuid() != 0:
+        return "needs root: the Hub starts each user's server as that Unix user"
+    try:
+        import jupyterhub  # noqa: F401
+    except ImportError:
+        return "needs JupyterHub (the test extra installs it)"
+    return None
+
+
+def run(*command: str) -> None:
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, f"{shlex.join(command)}: {done.stdout}{done.stderr}"
+
+
+def remove_accounts() -> None:
+    """The test's accounts and groups, a crashed run's too, and whatever they still run."""
+    for user in MEMBERS:
+        try:
+            uid = pwd.getpwnam(user).pw_uid
+        except KeyError:
+            continue
+        for pid in (p.name for p in Path("/proc").iterdir() if p.name.isdigit()):
+            try:
+                if Path(f"/proc/{pid}").stat().st_uid == uid:
+                    os.kill(int(pid), signal.SIGKILL)
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+        run("userdel", user)
+    for group in (STUDENTS, INSTRUCTORS):
+        try:
+            grp.getgrnam(group)
+        except KeyError:
+            continue
+        run("groupdel", group)
+
+
+@pytest.fixture(scope="module")
+def accounts():
+    """Unix accounts with passwords, in the deploy's groups, homes in a folder every account may cross."""
+    homes = Path(tempfile.mkdtemp(prefix=PREFIX, dir="/tmp"))
+    homes.chmod(0o755)
+    remove_accounts()
+    for group in (STUDENTS, INSTRUCTORS):
+        run("groupadd", group)
+    for user, group in MEMBERS.items():
+        run("useradd", "--create-home", "--home-dir", str(homes / user), "--shell", "/bin/bash",
+            *(["--groups", group] if group else []), user)
+    subprocess.run(["chpasswd"], input="".join(f"{u}:{PASSWORD}\n" for u in MEMBERS if u != GRADER),
+                   text=True, check=True)
+    yield homes
+    remove_accounts()
+    shutil.rmtree(homes, ignore_errors=True)
+
+
+def reach(paths) -> list[str]:
+    """Shell lines that make ``paths`` reachable for every account inside a mount namespace: an ancestor
+    closed to others is covered by an open tmpfs, into which only the entry on the way is bound back."""
+    closed: dict[Path, set[Path]] = {}
+    for path in map(Path, paths):
+        for parent in reversed(path.parents):
+            if parent != path.parents[-1] and not parent.stat().st_mode & stat.S_IXOTH:
+                closed.setdefault(parent, set()).add(Path(*path.parts[:len(parent.parts) + 1]))
+                break
+    lines = []
+    for n, (parent, entries) in enumerate(closed.items()):
+        staged = {entry: f"/srv/.reach-{n}-{m}" for m, entry in enumerate(sorted(entries))}
+        lines += [f"mkdir {stage} && mount --bind {shlex.quote(str(e))} {stage}" for e, stage in staged.items()]
+        lines.append(f"mount -t tmpfs -o mode=755 tmpfs {shlex.quote(str(parent))}")
+        lines += [f"mkdir -p {shlex.quote(str(e))} && mount --bind {stage} {shlex.quote(str(e))} && umount {stage}"
+                  for e, stage in staged.items()]
+    return lines
+
+
+NEEDS = needs()
+
+
+class Hub:
+    def __init__(self, url: str, course: Path, homes: Path, pid: int):
+        self.url, self.course, self.homes, self.pid = url, course, homes, pid
+
+    def hand_in(self, student: str) -> None:
+        """Write ``student``'s answers into the notebook they fetched, as their own file."""
+        fetched = self.homes / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+        assert fetched.is_file(), f"{student} fetched nothing into {fetched.parent}"
+        nbformat.write(NOTEBOOKS[student], fetched)
+        user = pwd.getpwnam(student)
+        os.chown(fetched, user.pw_uid, user.pw_gid)
+
+    def terminal(self, student: str, *command: str) -> None:
+        """``command`` in a terminal of ``student``'s (their account, their Jupyter config), on the server."""
+        run("nsenter", f"--mount=/proc/{self.pid}/ns/mnt", "--", "runuser", "-u", student, "--", "env",
+            f"HOME={self.homes / student}", f"JUPYTER_CONFIG_PATH={DEPLOY / 'student'}", "sh", "-c",
+            f"cd && {shlex.join(command)}")
+
+
+@pytest.fixture(scope="module")
+def hub(accounts, tmp_path_factory):
+    """The Hub, up, over the grader's course folder: nbgrader_config.py and 01's source notebook (what
+    `course-release` builds; the formgrader's Generate does the rest)."""
+    course = accounts / GRADER / "attention-by-hand"
+    source = course / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    source.parent.mkdir(parents=True)
+    shutil.copy(REPO / "nbgrader_config.py", course)
+    nbformat.write(build_source_notebook(source_file(ASSIGNMENT), ASSIGNMENT), source)
+    run("chown", "-R", f"{GRADER}:", str(course))
+    state = tmp_path_factory.mktemp("hub")
+    ports = {name: free_port() for name in ("public", "hub", "proxy", "formgrader")}
+    (state / "overlay.py").write_text(OVERLAY.format(config=str(DEPLOY / "jupyterhub_config.py"), **ports),
+                                      encoding="utf-8")
+    python = Path(sys.executable)
+    script = " && ".join([
+        "mount -t tmpfs -o mode=755 tmpfs /srv",
+        *reach({python.resolve(), Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), REPO}),
+        f"runuser -u {GRADER} -- {shlex.quote(str(python))} -c 'import jupyterhub, nbgrader, autograder'",
+        f"bash {shlex.quote(str(DEPLOY / 'make-exchange.sh'))} {GRADER}",
+        f"exec {shlex.quote(str(python))} -m jupyterhub -f overlay.py",
+    ])
+    env = {**os.environ, "ATTENTION_COURSE_GRADER": GRADER, "ATTENTION_COURSE_GRADER_PYTHON": str(python),
+           "ATTENTION_COURSE_STUDENTS": STUDENTS, "ATTENTION_COURSE_INSTRUCTORS": INSTRUCTORS}
+    with (state / "hub.log").open("w") as log:
+        process = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                                   cwd=state, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{ports['public']}"
+    deadline = time.monotonic() + SECONDS
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/hub/api", timeout=2)
+            break
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                os.killpg(process.pid, signal.SIGKILL)
+                pytest.fail(f"JupyterHub did not start: {(state / 'hub.log').read_text(encoding='utf-8')[-3000:]}")
+            time.sleep(0.5)
+    yield Hub(url, course, accounts, process.pid)  # unshare and sh exec: its pid is the Hub's
+    os.killpg(process.pid, signal.SIGTERM)  # the Hub stops the servers it started, the service and the proxy
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def log_in(browser, hub: Hub, user: str, then: str):
+    """A page of ``user``'s own browser, logged in on the Hub's form and sent on to ``then``."""
+    page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    page.set_default_timeout(SECONDS * 1000)
+    page.goto(f"{hub.url}/hub/login?next={quote(then)}")
+    page.fill("#username_input", user)
+    page.fill("#password_input", PASSWORD)
+    page.click("#login_submit")
+    return page
+
+
+def formgrader(page, hub: Hub, view: str, row: str = ASSIGNMENT) -> None:
+    """Open a formgrader page and wait for its table's ``row``, waiting out the service's start (the proxy
+    answers 503 until it listens)."""
+    deadline = time.monotonic() + SECONDS
+    while True:
+        page.goto(f"{hub.url}{SERVICE}/formgrader/{view}")
+        if page.locator("#main-table").count():
+            try:
+                page.locator("#main-table tr", has_text=row).first.wait_for(timeout=30_000)
+            except PlaywrightTimeout:
+                pytest.fail(f"no row for {row} in the formgrader's {view}: {page.inner_text('body')[:1000]}")
+            return
+        assert time.monotonic() < deadline, f"no formgrader at {page.url}: {page.inner_text('body')[:500]}"
+        time.sleep(1)
+
+
+def press(page, row: str, button: str) -> None:
+    """Click a formgrader button (the cell ``button`` of the row holding ``row``) and wait for its answer."""
+    page.locator("#main-table tr", has_text=row).locator(f"td.{button} a").click()
+    answer = page.locator("#success-modal, #error-modal")
+    answer.wait_for(state="visible")
+    assert answer.get_attribute("id") == "success-modal", f"{button} of {row}: {answer.inner_text()}"
+    answer.locator(".modal-footer button").click()
+    answer.wait_for(state="detached")
+
+
+def assignments_tab(page) -> list[str]:
+    """Open the Assignments tab through the Nbgrader menu; returns the menu's visible items."""
+    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Nbgrader$")).click()
+    menu = page.evaluate("() => [...document.querySelectorAll('.lm-Menu .lm-Menu-item')]"
+                         ".filter(item => item.offsetParent !== null).map(item => item.innerText.trim())")
+    page.locator(".lm-Menu-item", has_text="Assignment List").click()
+    page.locator("#released_assignments_list_loading").wait_for(state="hidden")
+    return menu
+
+
+def list_button(page, listing: str, label: str):
+    return page.locator(f"#{listing}_assignments_list .list_item", has_text=ASSIGNMENT).locator("button", has_text=label)
+
+
+def fetch_and_submit(browser, hub: Hub, student: str) -> dict:
+    """``student`` logs in, fetches 01, hands in their notebook and submits it; what their JupyterLab showed."""
+    page = log_in(browser, hub, student, "/hub/")  # the Hub starts the server, then opens its /lab
+    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Nbgrader$")).wait_for()
+    seen = {"menu": assignments_tab(page), "page": page,
+            "sidebar": page.locator(".jp-SideBar .lm-TabBar-tab").evaluate_all("tabs => tabs.map(t => t.title)"),
+            "own formgrader": page.request.get(f"{hub.url}/user/{student}/formgrader").status}
+    list_button(page, "released", "Fetch").click()
+    list_button(page, "fetched", "Submit").wait_for()
+    hub.hand_in(student)
+    list_button(page, "fetched", "Submit").click()
+    page.locator("#submitted_assignments_list .list_item", has_text=ASSIGNMENT).wait_for()
+    return seen
+
+
+@pytest.fixture(scope="module")
+def graded_class(browser, hub):
+    """The class, from release to feedback, the instructor's steps in the formgrader. What the students saw."""
+    teacher = log_in(browser, hub, TEACHER, f"{SERVICE}/formgrader/manage_assignments")
+    formgrader(teacher, hub, "manage_assignments")
+    press(teacher, ASSIGNMENT, "assign")  # Generate: release/ and the gradebook's record of 01
+    press(teacher, ASSIGNMENT, "release")
+    seen = {STUDENT: fetch_and_submit(browser, hub, STUDENT)}
+    # The other student from a terminal, with nbgrader's own commands: what the Assignments tab runs.
+    hub.terminal(MISTAKEN, sys.executable, "-m", "nbgrader", "fetch_assignment", ASSIGNMENT)
+    hub.hand_in(MISTAKEN)
+    hub.terminal(MISTAKEN, sys.executable, "-m", "nbgrader", "submit", ASSIGNMENT)
+    formgrader(teacher, hub, "manage_assignments")
+    press(teacher, ASSIGNMENT, "collect")
+    formgrader(teacher, hub, f"manage_submissions/{ASSIGNMENT}", row=STUDENT)
+    for student in NOTEBOOKS:
+        press(teacher, student, "autograde")
+    formgrader(teacher, hub, "manage_assignments")
+    press(teacher, ASSIGNMENT, "generate-feedback")
+    press(teacher, ASSIGNMENT, "release-feedback")
+    page = seen[STUDENT]["page"]
+    page.locator("#refresh_assignments_list").click()
+    list_button(page, "submitted", "Fetch Feedback").click()
+    page.locator("#submitted_assignments_list a", has_text="view feedback").wait_for()
+    feedback = list((hub.homes / STUDENT / ASSIGNMENT / "feedback").glob(f"*/{ASSIGNMENT}.html"))
+    assert len(feedback) == 1, feedback
+    page.goto(f"{hub.url}/user/{STUDENT}/files/{quote(str(feedback[0].relative_to(hub.homes / STUDENT)))}")
+    seen["feedback"] = page.content()
+    intruder = log_in(browser, hub, MISTAKEN, f"{SERVICE}/formgrader")  # a student's login, sent to the formgrader
+    intruder.wait_for_load_state()
+    seen["student at the formgrader"] = intruder.inner_text("body")
+    return seen
+
+
+def nbgrader_marks(course: Path, student: str) -> dict[str, float]:
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        notebook = gradebook.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, student)
+        return {g.name.removeprefix("tests_"): g.score for g in notebook.grades if g.name.startswith("tests_")}
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.nbgrader
+@pytest.mark.skipif(NEEDS is not None, reason=str(NEEDS))
+class TestAClassOnOneServer:
+    def test_formgrader_marks_equal_pytest_autograder(self, graded_class, hub, sandbox):
+        for student in NOTEBOOKS:
+            submitted = hub.course / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+            by_pytest = {v.exercise: v.points for v in grade_notebook(submitted, sandbox=sandbox)}
+            by_nbgrader = nbgrader_marks(hub.course, student)
+            assert by_nbgrader == by_pytest, student
+            assert sum(by_nbgrader.values()) == EXPECTED[student], student
+        with Gradebook(f"sqlite:///{hub.course / 'gradebook.db'}") as gradebook:
+            assert [a.name for a in gradebook.assignments] == [ASSIGNMENT]
+
+    def test_the_student_reads_feedback_without_hidden_tests(self, graded_class):
+        html = graded_class["feedback"]
+        assert f"{ASSIGNMENT} (Score: {EXPECTED[STUDENT]:.1f} / {EXPECTED[STUDENT]:.1f})" in html
+        assert "HIDDEN TESTS" not in html and "grade(" not in html and "import grade" not in html
+
+    def test_students_have_no_instructor_menus(self, graded_class):
+        seen = graded_class[STUDENT]
+        assert seen["menu"] == ["Assignment List"], seen["menu"]  # not Course List, Formgrader, Create assignment
+        assert not any("Create Assignment" in (title or "") for title in seen["sidebar"]), seen["sidebar"]
+        assert seen["own formgrader"] == 404
+        assert "Manage Assignments" not in graded_class["student at the formgrader"]
+        assert "403" in graded_class["student at the formgrader"]
+
+
+def test_the_students_nbgrader_config_names_the_courses_exchange():
+    """deploy/jupyterhub/student/nbgrader_config.py repeats the course's id and exchange (students cannot read
+    the grader's nbgrader_config.py): they must agree, or students fetch from an empty exchange."""
+    from traitlets.config import PyFileConfigLoader
+
+    course = PyFileConfigLoader("nbgrader_config.py", path=str(REPO)).load_config()
+    student = PyFileConfigLoader("nbgrader_config.py", path=str(DEPLOY / "student")).load_config()
+    for section, key in (("CourseDirectory", "course_id"), ("Exchange", "root")):
+        assert student[section][key] == course[section][key]
+    exchange = (DEPLOY / "make-exchange.sh").read_text(encoding="utf-8")
+    assert f"ROOT={course.Exchange.root}\n" in exchange and f"COURSE_ID={course.CourseDirectory.course_id} " in exchange
+
+
+def test_the_deploy_scripts_are_valid_bash():
+    for script in ("setup.sh", "make-exchange.sh"):
+        assert subprocess.run(["bash", "-n", str(DEPLOY / script)]).returncode == 0, script
