@@ -37,7 +37,7 @@ from safetensors import safe_open
 from safetensors.torch import load as load_safetensors
 
 from course import qwen35_stand_in
-from course.cache import cache_dir
+from course.cache import CACHE_ENV, cache_dir
 from course.qwen35 import FULL_ATTENTION, LINEAR_ATTENTION, TextConfig, read_config
 from course.stored_tensors import StoredTensors
 
@@ -104,7 +104,12 @@ def find_checkpoint(path=None) -> Checkpoint:
     cached = _from_hf_cache()
     if cached is not None:
         return cached
-    if (partial_folder() / SINGLE_FILE).is_file():
+    try:
+        partial = (partial_folder() / SINGLE_FILE).is_file()
+    except OSError as e:  # a cache in another user's home
+        raise CheckpointError(f"the course's cache {cache_dir()} cannot be read ({e.strerror}): set "
+                              f"${CACHE_ENV} to a folder this user can read") from None
+    if partial:
         return _checked(partial_folder(), "course cache")
     return _checked(FIXTURE_DIR, "course fixture")
 

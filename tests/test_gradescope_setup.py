@@ -147,7 +147,9 @@ def gradescope():
             write_submission(root / "class" / student, notebook, A)
         graded = run(["setpriv", f"--reuid={GRADER}", f"--regid={GRADER}", "--clear-groups",
                       str(root / "venv" / "bin" / "course-grade"), str(root / "class"), "--out", str(out), "--jobs", "1"],
-                     {**plain, "HOME": str(home), "ATTENTION_COURSE_SANDBOX_OFF": "namespaces"}, cwd=home)
+                     # the image's cache (deploy/Dockerfile sets one the user can read), not this run's
+                     {**plain, "HOME": str(home), "ATTENTION_COURSE_SANDBOX_OFF": "namespaces",
+                      "ATTENTION_COURSE_CACHE": str(root / "cache")}, cwd=home)
         with open(out / "grades.csv", encoding="utf-8-sig", newline="") as f:
             class_grades = {row["student"]: float(row[A]) for row in csv.DictReader(f)}
 

@@ -150,6 +150,15 @@ def test_without_a_model_the_stand_in_is_used_and_says_so(capsys):
     assert line.startswith("第 3 层的权重：合成的替身（data/qwen35_layer3）") and "QWEN35_PATH" in line
 
 
+def test_a_cache_that_cannot_be_read_is_a_clear_error(monkeypatch, tmp_path):
+    """A cache this user may not look into (another user's home, say) is said, with what to set, instead of a
+    traceback from the stat that fails: a name too long for the file system fails it the same way for root."""
+    monkeypatch.setenv("ATTENTION_COURSE_CACHE", str(tmp_path / ("x" * 300)))
+    monkeypatch.setattr(weights, "partial_folder", lambda: tmp_path / ("x" * 300) / "qwen35")
+    with pytest.raises(CheckpointError, match="cannot be read.*ATTENTION_COURSE_CACHE"):
+        weights.find_checkpoint()
+
+
 def test_stand_in_has_exactly_the_real_keys_and_is_labelled():
     with safe_open(FIXTURE_DIR / "model.safetensors", framework="pt") as handle:
         keys, metadata = set(handle.keys()), handle.metadata()
