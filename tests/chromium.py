@@ -1,5 +1,6 @@
 """The system's Chromium as the browser tests drive it (through Playwright's executable_path: Playwright's own
 browser download cannot work here), and a free local port for the servers they start."""
+import contextlib
 import shutil
 import socket
 
@@ -13,3 +14,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def launched():
+    """Headless Chromium, driven through Playwright; closed at the end."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()

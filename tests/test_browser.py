@@ -27,7 +27,7 @@ import pytest
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.instructor.release import build_source_notebook, source_file
 from course.tools.workspace import copy_notebooks
-from tests.chromium import CHROMIUM, CHROMIUM_ARGS, free_port
+from tests.chromium import CHROMIUM, free_port, launched
 from tests.notebooks import IN_THE_BROWSER, released_path
 
 pytestmark = [pytest.mark.browser,
@@ -82,12 +82,8 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as driver:
-        chromium = driver.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    with launched() as chromium:
         yield chromium
-        chromium.close()
 
 
 @pytest.fixture(scope="module")

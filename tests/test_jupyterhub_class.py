@@ -43,7 +43,7 @@ from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.grading import grade_notebook
 from autograder.instructor.release import build_source_notebook, source_file
 from course.layout import ROOT as REPO
-from tests.chromium import CHROMIUM, CHROMIUM_ARGS, free_port
+from tests.chromium import CHROMIUM, free_port, launched
 from tests.notebooks import ASSIGNMENT, filled, source_solutions
 from tests.student_code import MISTAKES_01
 
@@ -222,12 +222,8 @@ def hub(accounts, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as driver:
-        chromium = driver.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    with launched() as chromium:
         yield chromium
-        chromium.close()
 
 
 def log_in(browser, hub: Hub, user: str, then: str):

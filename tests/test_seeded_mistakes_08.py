@@ -1,6 +1,5 @@
 """The graders of 08 pass on correct student code (more than one way of writing it), fail on the stubs with the
-one-line message, and name seeded mistakes written independently of their catalogue. Assignment 08 is not
-registered yet: the exercises come from their check modules."""
+one-line message, and name seeded mistakes written independently of their catalogue."""
 from dataclasses import replace
 from pathlib import Path
 
