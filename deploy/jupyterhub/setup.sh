@@ -25,6 +25,9 @@ TORCH=torch==2.13.0
 TORCH_INDEX=https://download.pytorch.org/whl/cpu
 PINS=(jupyterhub==6.1.1 nbgrader==0.9.6 jupyterlab==4.6.6)
 PROXY=configurable-http-proxy@5.3.0
+# The system's Python (apt's, below) for both environments: every account must be able to run it, which a
+# Python in root's home (pyenv, say) is not.
+PYTHON=/usr/bin/python3
 HERE=$(cd "$(dirname "$0")" && pwd)
 CHECKOUT=$(cd "$HERE/../.." && pwd)
 
@@ -32,7 +35,12 @@ CHECKOUT=$(cd "$HERE/../.." && pwd)
 
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
-apt-get install -y python3 python3-venv git nodejs npm
+packages=(python3 python3-venv git)
+# Debian's nodejs and npm, unless node is there already (NodeSource's nodejs brings its own npm and conflicts
+# with Debian's).
+command -v node >/dev/null || packages+=(nodejs)
+command -v npm >/dev/null || packages+=(npm)
+apt-get install -y "${packages[@]}"
 npm install -g "$PROXY"
 
 getent group "$STUDENTS" >/dev/null || groupadd "$STUDENTS"
@@ -50,11 +58,11 @@ else
     git clone --no-hardlinks "$CHECKOUT" "$COURSE_DIR"
 fi
 chown -R "$GRADER:" "$COURSE_DIR"
-as_grader python3 -m venv "$COURSE_DIR/.venv"
+as_grader "$PYTHON" -m venv "$COURSE_DIR/.venv"
 as_grader "$COURSE_DIR/.venv/bin/python" -m pip install "$TORCH" --extra-index-url "$TORCH_INDEX"
 as_grader "$COURSE_DIR/.venv/bin/python" -m pip install -e "$COURSE_DIR[instructor]" "${PINS[@]}"
 
-python3 -m venv "$STUDENT_ENV"
+"$PYTHON" -m venv "$STUDENT_ENV"
 "$STUDENT_ENV/bin/python" -m pip install "$TORCH" --extra-index-url "$TORCH_INDEX"
 handout=$GRADER_HOME/handout  # the package is the same whichever assignment is named
 rm -rf "$handout"
