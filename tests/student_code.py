@@ -66,6 +66,39 @@ def online_softmax_attention(q, k, v, mask=None, block_size=16):
 
 HEADER = "import math\nimport torch\n"
 
+# Online softmax written the textbook way (running max m, sum l, output o, each rescaled by c = e^(m - m')):
+# right as it is; each mistake below changes one or two of its lines.
+_ONLINE = '''
+def online_softmax_attention(q, k, v, mask=None, block_size=16):
+    n = k.shape[-2]
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], n)
+    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
+    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
+    o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
+    for i in range(0, n, block_size):
+        s = attention_scores(q, k[..., i:i + block_size, :])
+        if mask is not None:
+            s = s.masked_fill(~mask[..., i:i + block_size], float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.nan_to_num(neginf=0.0)
+        p = torch.exp(s - shift)
+        c = torch.exp(m - shift)
+        l = l * c + p.sum(-1, keepdim=True)
+        o = o * c + p @ v[..., i:i + block_size, :]
+        m = m_new
+    return torch.where(l > 0, o / l, 0.0)
+'''
+
+
+def swapped(source: str, *pairs: str) -> str:
+    """``source`` with each ``old`` of ``(old, new, old, new, ...)`` replaced; each must be there."""
+    for old, new in zip(pairs[::2], pairs[1::2]):
+        assert old in source, old
+        source = source.replace(old, new)
+    return source
+
+
 # (exercise, what the grader should name — a fragment of its message, the student's code)
 MISTAKES_01 = [
     ("attention_scores", "忘了除以 √D", '''
@@ -215,132 +248,20 @@ def causal_mask(q_len, k_len=None, window=None):
         mask = mask & ones.triu(1 - window)
     return mask
 '''),
-    ("online_softmax_attention", "累加的输出没有跟着缩放", '''
-def online_softmax_attention(q, k, v, mask=None, block_size=16):
-    n = k.shape[-2]
-    if mask is not None:
-        mask = mask.expand(*mask.shape[:-1], n)
-    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
-    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
-    o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
-    for i in range(0, n, block_size):
-        s = attention_scores(q, k[..., i:i + block_size, :])
-        if mask is not None:
-            s = s.masked_fill(~mask[..., i:i + block_size], float("-inf"))
-        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
-        shift = m_new.nan_to_num(neginf=0.0)
-        p = torch.exp(s - shift)
-        c = torch.exp(m - shift)
-        l = l * c + p.sum(-1, keepdim=True)
-        o = o + p @ v[..., i:i + block_size, :]
-        m = m_new
-    return torch.where(l > 0, o / l, 0.0)
-'''),
-    ("online_softmax_attention", "running sum 没有跟着缩放", '''
-def online_softmax_attention(q, k, v, mask=None, block_size=16):
-    n = k.shape[-2]
-    if mask is not None:
-        mask = mask.expand(*mask.shape[:-1], n)
-    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
-    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
-    o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
-    for i in range(0, n, block_size):
-        s = attention_scores(q, k[..., i:i + block_size, :])
-        if mask is not None:
-            s = s.masked_fill(~mask[..., i:i + block_size], float("-inf"))
-        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
-        shift = m_new.nan_to_num(neginf=0.0)
-        p = torch.exp(s - shift)
-        c = torch.exp(m - shift)
-        l = l + p.sum(-1, keepdim=True)
-        o = o * c + p @ v[..., i:i + block_size, :]
-        m = m_new
-    return torch.where(l > 0, o / l, 0.0)
-'''),
-    ("online_softmax_attention", "running max 从 0 开始", '''
-def online_softmax_attention(q, k, v, mask=None, block_size=16):
-    n = k.shape[-2]
-    if mask is not None:
-        mask = mask.expand(*mask.shape[:-1], n)
-    m = torch.full(q.shape[:-1] + (1,), 0.0, dtype=q.dtype)
-    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
-    o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
-    for i in range(0, n, block_size):
-        s = attention_scores(q, k[..., i:i + block_size, :])
-        if mask is not None:
-            s = s.masked_fill(~mask[..., i:i + block_size], float("-inf"))
-        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
-        shift = m_new.nan_to_num(neginf=0.0)
-        p = torch.exp(s - shift)
-        c = torch.exp(m - shift)
-        l = l * c + p.sum(-1, keepdim=True)
-        o = o * c + p @ v[..., i:i + block_size, :]
-        m = m_new
-    return torch.where(l > 0, o / l, 0.0)
-'''),
-    ("online_softmax_attention", "running max 还是 −inf 时直接拿它平移", '''
-def online_softmax_attention(q, k, v, mask=None, block_size=16):
-    n = k.shape[-2]
-    if mask is not None:
-        mask = mask.expand(*mask.shape[:-1], n)
-    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
-    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
-    o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
-    for i in range(0, n, block_size):
-        s = attention_scores(q, k[..., i:i + block_size, :])
-        if mask is not None:
-            s = s.masked_fill(~mask[..., i:i + block_size], float("-inf"))
-        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
-        shift = m_new
-        p = torch.exp(s - shift)
-        c = torch.exp(m - shift)
-        l = l * c + p.sum(-1, keepdim=True)
-        o = o * c + p @ v[..., i:i + block_size, :]
-        m = m_new
-    return o / l
-'''),
-    ("online_softmax_attention", "最后一个不满 block_size 的块被丢掉了", '''
-def online_softmax_attention(q, k, v, mask=None, block_size=16):
-    n = k.shape[-2]
-    if mask is not None:
-        mask = mask.expand(*mask.shape[:-1], n)
-    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
-    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
-    o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
-    for i in range(0, n - n % block_size, block_size):
-        s = attention_scores(q, k[..., i:i + block_size, :])
-        if mask is not None:
-            s = s.masked_fill(~mask[..., i:i + block_size], float("-inf"))
-        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
-        shift = m_new.nan_to_num(neginf=0.0)
-        p = torch.exp(s - shift)
-        c = torch.exp(m - shift)
-        l = l * c + p.sum(-1, keepdim=True)
-        o = o * c + p @ v[..., i:i + block_size, :]
-        m = m_new
-    return torch.where(l > 0, o / l, 0.0)
-'''),
-    ("online_softmax_attention", "忘了除以 √D", '''
-def online_softmax_attention(q, k, v, mask=None, block_size=16):
-    n = k.shape[-2]
-    if mask is not None:
-        mask = mask.expand(*mask.shape[:-1], n)
-    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
-    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
-    o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
-    for i in range(0, n, block_size):
-        s = attention_scores(q, k[..., i:i + block_size, :]) * math.sqrt(q.shape[-1])
-        if mask is not None:
-            s = s.masked_fill(~mask[..., i:i + block_size], float("-inf"))
-        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
-        shift = m_new.nan_to_num(neginf=0.0)
-        p = torch.exp(s - shift)
-        c = torch.exp(m - shift)
-        l = l * c + p.sum(-1, keepdim=True)
-        o = o * c + p @ v[..., i:i + block_size, :]
-        m = m_new
-    return torch.where(l > 0, o / l, 0.0)
-'''),
+    ("online_softmax_attention", "累加的输出没有跟着缩放",
+     swapped(_ONLINE, "o = o * c + p @ v", "o = o + p @ v")),
+    ("online_softmax_attention", "running sum 没有跟着缩放", swapped(_ONLINE, "l = l * c + p.sum", "l = l + p.sum")),
+    ("online_softmax_attention", "running max 从 0 开始",
+     swapped(_ONLINE, 'm = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)',
+             "m = torch.full(q.shape[:-1] + (1,), 0.0, dtype=q.dtype)")),
+    ("online_softmax_attention", "running max 还是 −inf 时直接拿它平移",
+     swapped(_ONLINE, "shift = m_new.nan_to_num(neginf=0.0)", "shift = m_new",
+             "return torch.where(l > 0, o / l, 0.0)", "return o / l")),
+    ("online_softmax_attention", "最后一个不满 block_size 的块被丢掉了",
+     swapped(_ONLINE, "for i in range(0, n, block_size):", "for i in range(0, n - n % block_size, block_size):")),
+    ("online_softmax_attention", "忘了除以 √D",
+     swapped(_ONLINE, "s = attention_scores(q, k[..., i:i + block_size, :])",
+             "s = attention_scores(q, k[..., i:i + block_size, :]) * math.sqrt(q.shape[-1])")),
     ("online_softmax_attention", "每一块单独做了 softmax", '''
 def online_softmax_attention(q, k, v, mask=None, block_size=16):
     out = 0

@@ -1,6 +1,7 @@
 """Student code for 08_gated_deltanet: correct answers and seeded mistakes, written independently of
 ``solutions/`` and of the graders' mistake catalogue (einsum and matmul loops in the input's own dtype, the
 chunked form padded to whole chunks with the inverse built by forward substitution, the conv by ``unfold``)."""
+from tests.student_code import swapped
 
 # What the notebook provides: imports and the cache class the layer decodes through.
 HEADER = '''
@@ -196,57 +197,49 @@ CORRECT = {"linear_attention": _LINEAR, "linear_attention_recurrent": _RECURRENT
            "Qwen35GatedDeltaNet": _LAYER}
 
 
-def _swap(source: str, *pairs: str) -> str:
-    """``source`` with each ``old`` of ``(old, new, old, new, ...)`` replaced; each must be there."""
-    for old, new in zip(pairs[::2], pairs[1::2]):
-        assert old in source, old
-        source = source.replace(old, new)
-    return source
-
-
 _READ_FIRST = ("head", "decay", "read", "out", "write", "end")
 MISTAKES = [
-    ("linear_attention", "没有因果掩码", _swap(_LINEAR, "    w = w * torch.tril(torch.ones(T, T, dtype=q.dtype))\n", "")),
-    ("linear_attention", "掩码把对角线也去掉了", _swap(_LINEAR, "torch.ones(T, T, dtype=q.dtype))",
+    ("linear_attention", "没有因果掩码", swapped(_LINEAR, "    w = w * torch.tril(torch.ones(T, T, dtype=q.dtype))\n", "")),
+    ("linear_attention", "掩码把对角线也去掉了", swapped(_LINEAR, "torch.ones(T, T, dtype=q.dtype))",
                                                     "torch.ones(T, T, dtype=q.dtype), diagonal=-1)")),
-    ("linear_attention", "用了 softmax", _swap(_LINEAR, "w = w * torch.tril(torch.ones(T, T, dtype=q.dtype))",
+    ("linear_attention", "用了 softmax", swapped(_LINEAR, "w = w * torch.tril(torch.ones(T, T, dtype=q.dtype))",
                                               'w = torch.softmax(w.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), '
                                               'float("-inf")), dim=-1)')),
-    ("linear_attention", "分数除以了 √Dk", _swap(_LINEAR, 'q, k)\n', 'q, k) / math.sqrt(q.shape[-1])\n')),
-    ("linear_attention", "除以了权重之和", _swap(_LINEAR, "    return", "    w = w / w.sum(-1, keepdim=True)\n    return")),
-    ("linear_attention_recurrent", "状态的布局转置了", _swap(
+    ("linear_attention", "分数除以了 √Dk", swapped(_LINEAR, 'q, k)\n', 'q, k) / math.sqrt(q.shape[-1])\n')),
+    ("linear_attention", "除以了权重之和", swapped(_LINEAR, "    return", "    w = w / w.sum(-1, keepdim=True)\n    return")),
+    ("linear_attention_recurrent", "状态的布局转置了", swapped(
         _RECURRENT, "torch.zeros(B, H, Dk, v.shape[-1]", "torch.zeros(B, H, v.shape[-1], Dk",
         "k[:, :, t].unsqueeze(-1) @ v[:, :, t].unsqueeze(-2)", "v[:, :, t].unsqueeze(-1) @ k[:, :, t].unsqueeze(-2)",
         "(q[:, :, t].unsqueeze(-2) @ S).squeeze(-2)", "(S @ q[:, :, t].unsqueeze(-1)).squeeze(-1)")),
-    ("linear_attention_recurrent", "先读后写", _swap(
+    ("linear_attention_recurrent", "先读后写", swapped(
         _RECURRENT, "        S = S + k[:, :, t].unsqueeze(-1) @ v[:, :, t].unsqueeze(-2)\n"
                     "        outs.append((q[:, :, t].unsqueeze(-2) @ S).squeeze(-2))\n",
         "        outs.append((q[:, :, t].unsqueeze(-2) @ S).squeeze(-2))\n"
         "        S = S + k[:, :, t].unsqueeze(-1) @ v[:, :, t].unsqueeze(-2)\n")),
-    ("linear_attention_recurrent", "忽略了传进来的 state", _swap(_RECURRENT, " if state is None else state", "")),
-    ("delta_rule", "β 只乘了 v", _delta(write=_swap(_GATED["write"], "bt * (vt - pred)", "bt * vt - pred"))),
-    ("delta_rule", "写入的不是修正量", _delta(write=_swap(_GATED["write"], "bt * (vt - pred)", "bt * vt"))),
-    ("delta_rule", "修正量的符号反了", _delta(write=_swap(_GATED["write"], "bt * (vt - pred)", "bt * (pred - vt)"))),
+    ("linear_attention_recurrent", "忽略了传进来的 state", swapped(_RECURRENT, " if state is None else state", "")),
+    ("delta_rule", "β 只乘了 v", _delta(write=swapped(_GATED["write"], "bt * (vt - pred)", "bt * vt - pred"))),
+    ("delta_rule", "写入的不是修正量", _delta(write=swapped(_GATED["write"], "bt * (vt - pred)", "bt * vt"))),
+    ("delta_rule", "修正量的符号反了", _delta(write=swapped(_GATED["write"], "bt * (vt - pred)", "bt * (pred - vt)"))),
     ("delta_rule", "先读后写", _delta(_READ_FIRST)),
     ("delta_rule", "状态的布局转置了", _delta(**_TRANSPOSED)),
-    ("delta_rule", "忽略了传进来的 state", _delta(head=_swap(_GATED["head"], " if state is None else state.clone()", ""))),
+    ("delta_rule", "忽略了传进来的 state", _delta(head=swapped(_GATED["head"], " if state is None else state.clone()", ""))),
     ("gated_delta_rule", "衰减放在了写入之后", _gated(("head", "read", "write", "decay", "out", "end"))),
     ("gated_delta_rule", "修正量里的 Sᵀk 是衰减之前读的", _gated(("head", "read", "decay", "write", "out", "end"))),
-    ("gated_delta_rule", "衰减乘的是 g 本身", _gated(decay=_swap(_GATED["decay"], "torch.exp(g[:, :, t])", "g[:, :, t]"))),
-    ("gated_delta_rule", "衰减乘的是 exp(−g)", _gated(decay=_swap(_GATED["decay"], "torch.exp(g[:, :, t])",
+    ("gated_delta_rule", "衰减乘的是 g 本身", _gated(decay=swapped(_GATED["decay"], "torch.exp(g[:, :, t])", "g[:, :, t]"))),
+    ("gated_delta_rule", "衰减乘的是 exp(−g)", _gated(decay=swapped(_GATED["decay"], "torch.exp(g[:, :, t])",
                                                               "torch.exp(-g[:, :, t])"))),
     ("gated_delta_rule", "没有衰减", _gated(decay="")),
-    ("gated_delta_rule", "β 只乘了 v", _gated(write=_swap(_GATED["write"], "bt * (vt - pred)", "bt * vt - pred"))),
-    ("gated_delta_rule", "写入的不是修正量", _gated(write=_swap(_GATED["write"], "bt * (vt - pred)", "bt * vt"))),
+    ("gated_delta_rule", "β 只乘了 v", _gated(write=swapped(_GATED["write"], "bt * (vt - pred)", "bt * vt - pred"))),
+    ("gated_delta_rule", "写入的不是修正量", _gated(write=swapped(_GATED["write"], "bt * (vt - pred)", "bt * vt"))),
     ("gated_delta_rule", "先读后写", _gated(_READ_FIRST)),
     ("gated_delta_rule", "状态的布局转置了", _gated(**_TRANSPOSED)),
-    ("gated_delta_rule", "忽略了传进来的 state", _gated(head=_swap(_GATED["head"], " if state is None else state.clone()", ""))),
-    ("chunked_gated_delta_rule", "块与块之间没有传递状态", _swap(
+    ("gated_delta_rule", "忽略了传进来的 state", _gated(head=swapped(_GATED["head"], " if state is None else state.clone()", ""))),
+    ("chunked_gated_delta_rule", "块与块之间没有传递状态", swapped(
         _CHUNKED, "    out = []\n", "    start, out = S, []\n", "- W[:, :, i] @ S", "- W[:, :, i] @ start",
         "G[:, :, i, :, None].exp()) @ S", "G[:, :, i, :, None].exp()) @ start",
         "        S = S * last[..., None].exp()", "        S = start * last[..., None].exp()")),
-    ("chunked_gated_delta_rule", "块内的输出掩码不含对角线", _swap(_CHUNKED, "* D[:, :, i])", "* D[:, :, i].tril(-1))")),
-    ("chunked_gated_delta_rule", "UT 系统多算了对角线", _swap(
+    ("chunked_gated_delta_rule", "块内的输出掩码不含对角线", swapped(_CHUNKED, "* D[:, :, i])", "* D[:, :, i].tril(-1))")),
+    ("chunked_gated_delta_rule", "UT 系统多算了对角线", swapped(
         _CHUNKED, '''    inv = -(kb @ k.transpose(-1, -2) * D).tril(-1)
     for i in range(1, C):
         row = inv[..., i, :i].clone()
@@ -256,9 +249,9 @@ MISTAKES = [
     A = eye + (kb @ k.transpose(-1, -2) * D).tril()
     inv = torch.linalg.solve_triangular(A, eye.expand_as(A), upper=False)
 ''')),
-    ("chunked_gated_delta_rule", "读块开始时的状态时 q 没有乘 exp(γ_i)", _swap(
+    ("chunked_gated_delta_rule", "读块开始时的状态时 q 没有乘 exp(γ_i)", swapped(
         _CHUNKED, "(q[:, :, i] * G[:, :, i, :, None].exp()) @ S", "q[:, :, i] @ S")),
-    ("chunked_gated_delta_rule", "块末更新状态时 k 没有乘 exp(γ_C − γ_i)", _swap(
+    ("chunked_gated_delta_rule", "块末更新状态时 k 没有乘 exp(γ_C − γ_i)", swapped(
         _CHUNKED, "(k[:, :, i] * (last - G[:, :, i]).exp()[..., None]).transpose(-1, -2)", "k[:, :, i].transpose(-1, -2)")),
     ("chunked_gated_delta_rule", "没有按块计算", '''
 def chunked_gated_delta_rule(q, k, v, g, beta, chunk_size=64, state=None):
@@ -269,45 +262,45 @@ def chunked_gated_delta_rule(q, k, v, g, beta, chunk_size=64, state=None):
         outs.append(o)
     return torch.cat(outs, 2), state
 '''),
-    ("causal_conv1d", "卷积不是因果的", _swap(
+    ("causal_conv1d", "卷积不是因果的", swapped(
         _CONV, '''    windows = padded.unfold(-1, K, 1)
     y = (windows * weight[:, 0, None, :]).sum(-1)
 ''', '''    y = F.conv1d(padded, weight, padding="same", groups=C)[..., -T:]
 ''')),
-    ("causal_conv1d", "没有用传进来的 conv_state", _swap(_CONV, "    if conv_state is None:\n        conv_state =",
+    ("causal_conv1d", "没有用传进来的 conv_state", swapped(_CONV, "    if conv_state is None:\n        conv_state =",
                                                      "    conv_state =")),
-    ("causal_conv1d", "返回的 conv_state 只取了这一段的 x", _swap(_CONV, "padded[:, :, T:]", "x[:, :, -(K - 1):]")),
-    ("causal_conv1d", "conv_state 存了 K 个位置", _swap(_CONV, "padded[:, :, T:]", "padded[:, :, -K:]")),
-    ("causal_conv1d", "卷积核的方向反了", _swap(_CONV, "weight[:, 0, None, :]", "weight[:, 0, None, :].flip(-1)")),
-    ("causal_conv1d", "卷积之后做了 SiLU", _swap(_CONV, "    return y,", "    return F.silu(y),")),
-    ("Qwen35GatedDeltaNet", "q、k 没有做 L2 归一化", _swap(
+    ("causal_conv1d", "返回的 conv_state 只取了这一段的 x", swapped(_CONV, "padded[:, :, T:]", "x[:, :, -(K - 1):]")),
+    ("causal_conv1d", "conv_state 存了 K 个位置", swapped(_CONV, "padded[:, :, T:]", "padded[:, :, -K:]")),
+    ("causal_conv1d", "卷积核的方向反了", swapped(_CONV, "weight[:, 0, None, :]", "weight[:, 0, None, :].flip(-1)")),
+    ("causal_conv1d", "卷积之后做了 SiLU", swapped(_CONV, "    return y,", "    return F.silu(y),")),
+    ("Qwen35GatedDeltaNet", "q、k 没有做 L2 归一化", swapped(
         _LAYER, "F.normalize(q.float(), dim=-1)", "q.float()", "F.normalize(k.float(), dim=-1)", "k.float()")),
-    ("Qwen35GatedDeltaNet", "L2 归一化做在了拆成头之前", _swap(
+    ("Qwen35GatedDeltaNet", "L2 归一化做在了拆成头之前", swapped(
         _LAYER, "q = mixed[..., :kd].reshape", "q = F.normalize(mixed[..., :kd], dim=-1).reshape",
         "k = mixed[..., kd:2 * kd].reshape", "k = F.normalize(mixed[..., kd:2 * kd], dim=-1).reshape",
         "F.normalize(q.float(), dim=-1)", "q.float()", "F.normalize(k.float(), dim=-1)", "k.float()")),
-    ("Qwen35GatedDeltaNet", "q 没有乘 Dk^(−1/2)", _swap(_LAYER, " / math.sqrt(self.dk)", "")),
-    ("Qwen35GatedDeltaNet", "q 缩放了两次", _swap(_LAYER, " / math.sqrt(self.dk)", " / self.dk")),
-    ("Qwen35GatedDeltaNet", "g 里忘了 softplus", _swap(_LAYER, "F.softplus(self.in_proj_a(x)", "(self.in_proj_a(x)")),
-    ("Qwen35GatedDeltaNet", "g 里忘了 dt_bias", _swap(_LAYER, " + self.dt_bias.float()", "")),
-    ("Qwen35GatedDeltaNet", "A_log 没有取 exp", _swap(_LAYER, "torch.exp(self.A_log.float())", "self.A_log.float()")),
-    ("Qwen35GatedDeltaNet", "β 没有过 sigmoid", _swap(_LAYER, "torch.sigmoid(self.in_proj_b(x).float())",
+    ("Qwen35GatedDeltaNet", "q 没有乘 Dk^(−1/2)", swapped(_LAYER, " / math.sqrt(self.dk)", "")),
+    ("Qwen35GatedDeltaNet", "q 缩放了两次", swapped(_LAYER, " / math.sqrt(self.dk)", " / self.dk")),
+    ("Qwen35GatedDeltaNet", "g 里忘了 softplus", swapped(_LAYER, "F.softplus(self.in_proj_a(x)", "(self.in_proj_a(x)")),
+    ("Qwen35GatedDeltaNet", "g 里忘了 dt_bias", swapped(_LAYER, " + self.dt_bias.float()", "")),
+    ("Qwen35GatedDeltaNet", "A_log 没有取 exp", swapped(_LAYER, "torch.exp(self.A_log.float())", "self.A_log.float()")),
+    ("Qwen35GatedDeltaNet", "β 没有过 sigmoid", swapped(_LAYER, "torch.sigmoid(self.in_proj_b(x).float())",
                                                   "self.in_proj_b(x).float()")),
-    ("Qwen35GatedDeltaNet", "卷积之后没有做 SiLU", _swap(_LAYER, "mixed = F.silu(mixed).transpose(1, 2)",
+    ("Qwen35GatedDeltaNet", "卷积之后没有做 SiLU", swapped(_LAYER, "mixed = F.silu(mixed).transpose(1, 2)",
                                                    "mixed = mixed.transpose(1, 2)")),
-    ("Qwen35GatedDeltaNet", "输出门用了 sigmoid(z)", _swap(_LAYER, "F.silu(z.float())", "torch.sigmoid(z.float())")),
-    ("Qwen35GatedDeltaNet", "输出的 RMSNorm 乘的是 (1 + weight)", _swap(_LAYER, "(self.weight.float() * o32",
+    ("Qwen35GatedDeltaNet", "输出门用了 sigmoid(z)", swapped(_LAYER, "F.silu(z.float())", "torch.sigmoid(z.float())")),
+    ("Qwen35GatedDeltaNet", "输出的 RMSNorm 乘的是 (1 + weight)", swapped(_LAYER, "(self.weight.float() * o32",
                                                                    "((1 + self.weight.float()) * o32")),
-    ("Qwen35GatedDeltaNet", "门乘在了 RMSNorm 之前", _swap(
+    ("Qwen35GatedDeltaNet", "门乘在了 RMSNorm 之前", swapped(
         _LAYER, "        o32 = o.float()\n", "        o32 = o.float() * F.silu(z.float())\n",
         "self.weight.float() * o32 * F.silu(z.float())", "self.weight.float() * o32")),
-    ("Qwen35GatedDeltaNet", "key 头重复成了 0, 1, 0, 1 的顺序", _swap(_LAYER, ".repeat_interleave(r, 1)", ".repeat(1, r, 1, 1)")),
-    ("Qwen35GatedDeltaNet", "忽略了 attention_mask", _swap(
+    ("Qwen35GatedDeltaNet", "key 头重复成了 0, 1, 0, 1 的顺序", swapped(_LAYER, ".repeat_interleave(r, 1)", ".repeat(1, r, 1, 1)")),
+    ("Qwen35GatedDeltaNet", "忽略了 attention_mask", swapped(
         _LAYER, "        if attention_mask is not None:\n            x = x * attention_mask[:, -T:].unsqueeze(-1).to(x.dtype)\n",
         "")),
-    ("Qwen35GatedDeltaNet", "解码时没有用 cache 里的 conv_state", _swap(
+    ("Qwen35GatedDeltaNet", "解码时没有用 cache 里的 conv_state", swapped(
         _LAYER, "conv_state = cache.conv_state if cache is not None else None", "conv_state = None")),
-    ("Qwen35GatedDeltaNet", "解码时没有用 cache 里的 recurrent_state", _swap(
+    ("Qwen35GatedDeltaNet", "解码时没有用 cache 里的 recurrent_state", swapped(
         _LAYER, "state = cache.recurrent_state if cache is not None else None", "state = None")),
 ]
 

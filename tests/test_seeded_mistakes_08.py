@@ -5,22 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from autograder.engine.checks import (
-    causal_conv1d,
-    chunked_gated_delta_rule,
-    delta_rule,
-    gated_delta_rule,
-    linear_attention,
-    linear_attention_recurrent,
-    qwen35_gated_deltanet,
-)
+from autograder.engine.assignments import ASSIGNMENTS
+from autograder.engine.checks import qwen35_gated_deltanet
 from autograder.engine.exercise import NOT_IMPLEMENTED, grade
 from autograder.engine.student_code import Cell
 from course.stored_tensors import StoredTensors
 from tests import student_code_08 as student
 
-EXERCISES = [module.EXERCISE for module in (linear_attention, linear_attention_recurrent, delta_rule, gated_delta_rule,
-                                            chunked_gated_delta_rule, causal_conv1d, qwen35_gated_deltanet)]
+EXERCISES = ASSIGNMENTS["08_gated_deltanet"]
 
 
 def _code(source: str):

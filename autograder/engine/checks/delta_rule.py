@@ -38,13 +38,13 @@ def _delta(**how):
 
 
 CORRECTION = "写进状态的是修正量 δ_t = β_t (v_t − Sᵀk_t)：β 乘的是整个括号。"
+READ_AFTER_CORRECTION = READ_AFTER_WRITE.replace("k_t v_tᵀ", "修正量")
 MISTAKES = (
     Mistake("β 只乘了 v（写的是 β·v − Sᵀk）", CORRECTION, _delta(beta_inside=False)),
     Mistake("写入的不是修正量（没有减去 Sᵀk，成了带 β 的线性注意力）", "delta rule 先读出状态对 k_t 已经给出的值 "
             "Sᵀk_t，只写入差值 β_t (v_t − Sᵀk_t)：这样同一个 key 再写一次会覆盖，而不是叠加。", _delta(correction=False)),
     Mistake("修正量的符号反了（写的是 β (Sᵀk − v)）", CORRECTION, _delta(sign=-1.0)),
-    Mistake("先读后写（o_t 用的是写入之前的状态）", READ_AFTER_WRITE.replace("k_t v_tᵀ", "修正量"),
-            _delta(read_after_write=False)),
+    Mistake("先读后写（o_t 用的是写入之前的状态）", READ_AFTER_CORRECTION, _delta(read_after_write=False)),
     Mistake("状态的布局转置了（[Dv, Dk]）", LAYOUT, _delta(transposed_state=True)),
     Mistake("忽略了传进来的 state", GIVEN_STATE, _delta(use_state=False)),
 )

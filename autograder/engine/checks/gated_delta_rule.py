@@ -4,11 +4,11 @@
 state and a long input."""
 import torch
 
+from autograder.engine.checks.delta_rule import CORRECTION, READ_AFTER_CORRECTION
 from autograder.engine.checks.linear_attention_recurrent import (
     GIVEN_STATE,
     LAYOUT,
     OUTPUT_NAMES,
-    READ_AFTER_WRITE,
     rule_cases,
     rule_variant,
 )
@@ -56,12 +56,10 @@ MISTAKES = (
             gated(gate=lambda g: torch.exp(-g))),
     Mistake("没有衰减（g 没有用上）", "每一步先把状态乘 exp(g_t)：这就是 Gated DeltaNet 的「门」，学到的遗忘速度。",
             gated(gate=lambda g: torch.ones_like(g))),
-    Mistake("β 只乘了 v（写的是 β·v − Sᵀk）", "写进状态的是修正量 δ_t = β_t (v_t − Sᵀk_t)：β 乘的是整个括号。",
-            gated(beta_inside=False)),
+    Mistake("β 只乘了 v（写的是 β·v − Sᵀk）", CORRECTION, gated(beta_inside=False)),
     Mistake("写入的不是修正量（没有减去 Sᵀk）", "delta rule 只写入差值 β_t (v_t − Sᵀk_t)，Sᵀk_t 用衰减后的 S 读。",
             gated(correction=False)),
-    Mistake("先读后写（o_t 用的是写入之前的状态）", READ_AFTER_WRITE.replace("k_t v_tᵀ", "修正量"),
-            gated(read_after_write=False)),
+    Mistake("先读后写（o_t 用的是写入之前的状态）", READ_AFTER_CORRECTION, gated(read_after_write=False)),
     Mistake("状态的布局转置了（[Dv, Dk]）", LAYOUT, gated(transposed_state=True)),
     Mistake("忽略了传进来的 state", GIVEN_STATE, gated(use_state=False)),
 )
