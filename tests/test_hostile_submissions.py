@@ -22,6 +22,7 @@ from autograder.engine.sandbox import landlock
 from autograder.engine.sandbox.client import Sandbox, shared
 from autograder.engine.sandbox.report import MAGIC, from_bytes
 from autograder.engine.student_code import Cell
+from course import qwen35_weights
 from course.layout import ROOT as REPO
 from tests.student_code import notebook_code
 
@@ -119,6 +120,28 @@ def attention_scores(q, k):
     for path in {[str(t) for t in targets]!r}:
         try:
             open(path, "a").write("# changed")
+        except OSError:
+            continue
+        return "written"
+    raise PermissionError("nothing writable")
+'''
+    before = {t: t.read_bytes() if t.exists() else None for t in targets}
+    verdict = graded(attack)
+    assert "PermissionError" in verdict.message, verdict.message
+    assert {t: t.read_bytes() if t.exists() else None for t in targets} == before
+
+
+def test_student_code_cannot_change_the_weights_it_may_read():
+    """The sandbox reads the Qwen3.5 weights of the course's cache (jobs name 08's real-size layer by file); it
+    must not write there, where it would change the reference and every later student's grading too."""
+    qwen35_weights.load_linear_attention_layer(0, verbose=False)  # the stand-in's file, made on first use
+    layer = qwen35_weights.stand_in_file(0)
+    targets = [layer, layer.with_name("planted.safetensors"), qwen35_weights.cache_folder() / "planted"]
+    attack = f'''
+def attention_scores(q, k):
+    for path in {[str(t) for t in targets]!r}:
+        try:
+            open(path, "ab").write(b"changed")
         except OSError:
             continue
         return "written"

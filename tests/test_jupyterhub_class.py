@@ -18,6 +18,7 @@ exchange) is an empty tmpfs and any folder closed to other accounts on the way t
 (/root, for a pyenv Python) is replaced by an open one holding only that way; the students' and the
 grader's environment are the test's own, and the ports are free ones.
 """
+import contextlib
 import grp
 import os
 import pwd
@@ -93,6 +94,16 @@ def run(*command: str) -> None:
     assert done.returncode == 0, f"{shlex.join(command)}: {done.stdout}{done.stderr}"
 
 
+def processes_of(uid: int) -> list[int]:
+    """The processes running as ``uid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            if entry.name.isdigit() and entry.stat().st_uid == uid:
+                found.append(int(entry.name))
+    return found
+
+
 def remove_accounts() -> None:
     """The test's accounts and groups, a crashed run's too, and whatever they still run."""
     for user in MEMBERS:
@@ -100,12 +111,14 @@ def remove_accounts() -> None:
             uid = pwd.getpwnam(user).pw_uid
         except KeyError:
             continue
-        for pid in (p.name for p in Path("/proc").iterdir() if p.name.isdigit()):
-            try:
-                if Path(f"/proc/{pid}").stat().st_uid == uid:
-                    os.kill(int(pid), signal.SIGKILL)
-            except (FileNotFoundError, ProcessLookupError):
-                pass
+        # SIGKILL is delivered, not waited for: userdel refuses an account while one of its processes is
+        # still there, so kill until none is left.
+        deadline = time.monotonic() + 10
+        while (pids := processes_of(uid)) and time.monotonic() < deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
         run("userdel", user)
     for group in (STUDENTS, INSTRUCTORS):
         try:
