@@ -6,7 +6,7 @@ When a message changes, its judgement is stale: run ``python benchmarks/feedback
 judge the entries that changed against their causes, and update ``judged.py``."""
 import pytest
 
-from tests.natural_mistakes import ASSIGNMENTS, a07, all_entries, checks
+from tests.natural_mistakes import ASSIGNMENTS, a07, all_entries, checks, reach
 from tests.natural_mistakes.judged import JUDGED
 
 ENTRIES = all_entries()
@@ -23,6 +23,19 @@ def test_every_entry_is_judged_and_none_was_named_wrongly_or_missed():
     assert {entry.id for _, entry in ENTRIES} == set(JUDGED)
     failed = {key: (judged, why) for key, (judged, why) in JUDGED.items() if judged in ("wrong", "missed")}
     assert not failed, failed
+
+
+def test_an_entry_is_graded_on_what_reaches_its_definitions_and_nothing_else():
+    """A changed helper reaches the exercises that name it, through the definitions in between; an exercise that
+    names none of the changed ones is left out (it runs the correct code)."""
+    entry = {e.id: e for _, e in ENTRIES}
+    assert reach.affected(a07, entry["07-helper-cache-len-counts-updates"]) == (
+        "LlamaAttention", "greedy_generate", "sample_generate")  # KVCache: in their uses, or handed over
+    assert reach.affected(a07, entry["07-sp-exp-overflow"]) == ("sampling_probs", "sample_generate")
+    assert reach.affected(a07, entry["07-sg-argmax"]) == ("sample_generate",)
+    # rotate_half is no exercise: LlamaAttention reaches it through apply_rope, and the generators through that
+    assert reach.affected(a07, entry["07-helper-rotate-half-sign"]) == (
+        "LlamaAttention", "greedy_generate", "sample_generate")
 
 
 @pytest.mark.slow

@@ -1,8 +1,9 @@
 """The two checks of the natural mistakes, for the test files that run them (07's, graded through the real model,
 sit in a file of their own so that the full run spreads them over another core)."""
-from autograder.engine.grading import grade_cells
+from autograder.engine.assignments import ASSIGNMENTS
+from autograder.engine.grading import grade_cells, judge
 from autograder.engine.student_code import Cell
-from tests.natural_mistakes import source, verify
+from tests.natural_mistakes import reach, source, verify
 from tests.natural_mistakes.judged import JUDGED, NAMES
 from tests.natural_mistakes.reading import names, reading
 
@@ -16,12 +17,17 @@ def writers_correct_code_passes_and_every_entry_is_a_mistake(module, sandbox) ->
 
 
 def reads_as_judged(module, entry, sandbox) -> None:
-    """The entry is caught, its names are those judged, and a message judged named or clue still is."""
-    verdicts = grade_cells(module.ASSIGNMENT, [Cell("代码单元 #1", source(module, entry))], sandbox)
+    """The entry is caught, its names are those judged, and a message judged named or clue still is. Only the
+    exercises the entry can change are graded (``reach.affected``): the others run the correct code."""
+    graded = reach.affected(module, entry)
+    assert set(entry.exercises) <= set(graded), f"{entry.id} lists exercises it cannot change: {entry.exercises}"
+    cells, given = [Cell("代码单元 #1", source(module, entry))], {}
+    verdicts = [judge(e, cells, sandbox, verdicts=given) for e in ASSIGNMENTS[module.ASSIGNMENT] if e.name in graded]
     row = {"exercises": list(entry.exercises),
            "verdicts": [{"exercise": v.exercise, "passed": v.passed, "summary": v.summary, "details": v.details,
                          "mistake": v.mistake} for v in verdicts]}
     judged, why = JUDGED[entry.id]
+    assert set(NAMES.get(entry.id, {})) <= set(graded), f"{entry.id} was judged on exercises it cannot change"
     now = reading(row)
     assert now != "missed", f"{entry.id} is not caught: {entry.cause}"
     assert names(row) == NAMES.get(entry.id, {}), (f"{entry.id}: the names changed since they were judged "
