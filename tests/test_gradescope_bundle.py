@@ -23,6 +23,7 @@ from packaging.version import Version
 
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.instructor.classroom import gradescope_bundle, gradescope_run
+from course.layout import ROOT as REPO
 from tests.notebooks import filled, source_solutions
 
 A = "01_attention_basics"
@@ -188,3 +189,12 @@ def test_course_gradescope_wants_an_assignment_or_an_image(tmp_path, capsys):
     (tmp_path / "full" / "old").write_text("x", encoding="utf-8")
     assert gradescope_bundle.main(["--image", str(tmp_path / "full")]) == 1
     assert "not empty" in capsys.readouterr().err
+
+
+def test_the_grading_install_leaves_jupyterlab_out_and_a_pyproject_that_hides_it_is_refused():
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    graded = gradescope_bundle.grading_pyproject(text)
+    assert 'dependencies = {file = ["course/requirements.txt", "autograder/requirements.txt"]}' in graded.splitlines()
+    assert "jupyterlab" in (REPO / gradescope_bundle.NOTEBOOK_REQUIREMENTS).read_text(encoding="utf-8")
+    with pytest.raises(ValueError, match="JupyterLab"):
+        gradescope_bundle.grading_pyproject(graded)

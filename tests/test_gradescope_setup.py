@@ -64,7 +64,7 @@ esac
 """
 
 pytestmark = [
-    pytest.mark.slow,  # a real venv with torch and the course's ~130 distributions in it
+    pytest.mark.slow,  # a real venv with torch and the course's grading dependencies in it
     pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
                        reason="Gradescope runs setup.sh and run_autograder as root on Linux"),
     pytest.mark.skipif(not (SYSTEM_PYTHON.exists() and shutil.which("apt-cache") and shutil.which("setpriv")),
@@ -188,6 +188,7 @@ def test_the_venv_holds_the_pinned_course_and_the_cpu_torch(gradescope):
     python, versions = gradescope["installed"]
     installed = {canonicalize_name(name): version for name, version in versions.items()}
     assert installed["torch"] == f"{gradescope_bundle.tested_torch()}+cpu"
+    assert "jupyterlab" not in installed and "ipykernel" not in installed  # grading runs no kernel
     pins = [Requirement(line) for line in (gradescope["root"] / "source" / gradescope_bundle.CONSTRAINTS)
             .read_text(encoding="utf-8").splitlines() if line and not line.startswith("#")]
     applied = [pin for pin in pins if pin.marker is None or pin.marker.evaluate({"python_full_version": python})]

@@ -1,8 +1,8 @@
 """``course-handout OUT --assignment A ...``: what a class hands out — the named assignments' released
 notebooks, the ``course`` helpers and ``data/`` — with a ``pyproject.toml`` that installs ``course`` alone and
 what students need to run the notebooks (``handout-pyproject.toml`` beside this module, which reads them from
-``course/requirements.txt``), and a README for students. Nothing of ``solutions/``, ``autograder/`` (the
-graders and their hidden checks) or ``source/`` goes in.
+``course/requirements.txt`` and ``course/notebook-requirements.txt``), and a README for students. Nothing of
+``solutions/``, ``autograder/`` (the graders and their hidden checks) or ``source/`` goes in.
 
 The assignments must be named: what a class may see is the instructor's call, and a default would hand out
 either too much (every notebook) or, unnoticed, too little. A later notebook builds on the answers of earlier

@@ -5,8 +5,9 @@ Gradescope unpacks the zip into ``/autograder/source/``, runs ``setup.sh`` once 
 then ``run_autograder`` for each submission, with the student's upload in ``/autograder/submission/``; the
 results go to ``/autograder/results/results.json``. The bundle holds the installable course (``course``,
 ``solutions``, ``autograder``, the layer-3 stand-in), ``deploy/install-course.sh``, ``constraints.txt`` and
-those two scripts. ``setup.sh`` runs ``install-course.sh``, which installs the course, not editable, with a
-CPU build of torch, into a virtual environment of its own, ``/autograder/venv``: Ubuntu 24.04's Python is
+those two scripts. ``setup.sh`` runs ``install-course.sh``, which installs the course, not editable and
+without JupyterLab (grading runs no kernel), with a CPU build of torch, into a virtual environment of its
+own, ``/autograder/venv``: Ubuntu 24.04's Python is
 externally managed (PEP 668), and neither it nor its pip is touched. ``constraints.txt`` pins what is
 installed: the course's requirements and theirs, all the way down, at the versions of the environment that
 built the bundle (each pin where its release supports the Python it lands on), and torch at the version the
@@ -49,6 +50,7 @@ INSTALL = "deploy/install-course.sh"  # the same path in a checkout, a bundle an
 DOCKERFILE = "deploy/Dockerfile"
 FILES = ("pyproject.toml", "README.md", INSTALL)
 CONSTRAINTS = "constraints.txt"
+NOTEBOOK_REQUIREMENTS = "course/notebook-requirements.txt"  # what the bundle and the image install without
 IMAGE = "attention-course:1"  # the grading image's tag, as deploy/Dockerfile builds it and the Kubernetes Jobs run it
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # every entry gets this time, so the same course gives the same zip
 
@@ -166,9 +168,20 @@ def _checked(repo: Path) -> None:
                                 "course-gradescope from the course's repository")
 
 
+def grading_pyproject(text: str) -> str:
+    """The course's pyproject.toml without the notebooks' requirements (JupyterLab and its kernel, about 95
+    distributions): grading runs no kernel."""
+    listed = f'"{NOTEBOOK_REQUIREMENTS}", '
+    if text.count(listed) != 1:
+        raise ValueError(f"pyproject.toml does not list {NOTEBOOK_REQUIREMENTS} once among the files of its "
+                         "dependencies, so the grading install cannot leave JupyterLab out")
+    return text.replace(listed, "")
+
+
 def _installable(repo: Path) -> dict[str, tuple[bytes, bool]]:
     """What a bundle and an image context share: name -> (bytes, executable)."""
     files = {file.as_posix(): ((repo / file).read_bytes(), file.as_posix() == INSTALL) for file in course_files(repo)}
+    files["pyproject.toml"] = (grading_pyproject(files["pyproject.toml"][0].decode()).encode(), False)
     files[CONSTRAINTS] = (constraints().encode(), False)
     return files
 
@@ -225,7 +238,7 @@ def main(argv=None) -> int:
             build_image_context(args.image)
         else:
             build(args.assignment, args.output, args.visibility)
-    except OSError as e:  # FileNotFoundError, FileExistsError among them
+    except (OSError, ValueError) as e:  # FileNotFoundError, FileExistsError among them; a changed pyproject.toml
         print(f"course-gradescope: {e}", file=sys.stderr)
         return 1
     if args.image:
