@@ -49,9 +49,10 @@ def raised(value) -> bool:
     return isinstance(value, tuple) and len(value) == 3 and value[0] == RAISED
 
 
-def compare(module, entry, correct_ns, correct_out):
+def compare(module, entry, correct_ns, correct_out, every_probe=False):
     """{exercise: (differs, any probe raised)} for one entry; the exercises it cannot change (``reach``) are
-    not probed again."""
+    not probed again, and an exercise's probes stop at the first that differs (unless ``every_probe``, or the
+    entry should raise and nothing has yet)."""
     try:
         ns = load(source(module, entry))
     except Exception as error:  # noqa: BLE001
@@ -69,6 +70,8 @@ def compare(module, entry, correct_ns, correct_out):
                 any_raised = True
             if not same(correct_out[exercise][i], got):
                 differs = True
+            if differs and not every_probe and (any_raised or entry.kind != "raises"):
+                break
         result[exercise] = (differs, any_raised)
     return result, None
 
@@ -90,7 +93,7 @@ def verify(module, verbose=False) -> int:
             print(f"  !! duplicate id {entry.id}")
             problems += 1
         ids.add(entry.id)
-        result, note = compare(module, entry, correct_ns, correct_out)
+        result, note = compare(module, entry, correct_ns, correct_out, every_probe=verbose)
         differing = [ex for ex, (d, _) in result.items() if d]
         raising = [ex for ex, (_, r) in result.items() if r]
         flags = []
