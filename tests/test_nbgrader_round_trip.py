@@ -127,7 +127,8 @@ def pytest_marks(course, sandbox) -> dict[tuple[str, str], dict[str, float]]:
 def course_grade_marks(course, tmp_path_factory) -> dict[tuple[str, str], dict[str, float]]:
     """(assignment, student) -> exercise -> points from one `course-grade` run over the whole class."""
     out = tmp_path_factory.mktemp("course-grade")
-    assert course_grade([str(course / "submitted"), "--out", str(out)]) == 0
+    # One worker: the test run's workers already fill the cores, and a second would only add its start-up.
+    assert course_grade([str(course / "submitted"), "--out", str(out), "--jobs", "1"]) == 0
     marks = {}
     with open(out / "grades.csv", encoding="utf-8-sig", newline="") as f:
         for row in csv.DictReader(f):
