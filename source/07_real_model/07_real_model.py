@@ -755,7 +755,7 @@ grade("sample_generate")
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 用你的 `sample_generate` 回答一个开放的问题，几种设置各生成至多 60 个 token（印到结束符为止）；第一行是贪心，作对照：
+# 用你的 `sample_generate` 回答一个开放的问题，几种设置各生成至多 40 个 token（一句话三十来个就够，印到结束符为止）；第一行是贪心，作对照：
 
 # %%
 sea_ids = torch.tensor([tokenizer.encode(smollm2.chat_prompt("Write one sentence about the sea.")).ids])
@@ -764,10 +764,10 @@ runs = [("贪心", None, 0), ("τ = 0.7，top_p = 0.9，种子 0", {"temperature
         ("τ = 1.0，不过滤，种子 0", {}, 0), ("τ = 1.8，不过滤，种子 0", {"temperature": 1.8}, 0)]
 with torch.no_grad():
     for label, options, seed in runs:
-        tokens = (greedy_generate(model, sea_ids, 60) if options is None
-                  else sample_generate(model, sea_ids, 60, torch.Generator().manual_seed(seed), **options))
+        tokens = (greedy_generate(model, sea_ids, 40) if options is None
+                  else sample_generate(model, sea_ids, 40, torch.Generator().manual_seed(seed), **options))
         ended = end_of_turn in tokens[0].tolist()
-        print(f"【{label}】\n{answer_text(tokens[0])}{'' if ended else '……（60 个 token 里没有结束符）'}\n")
+        print(f"【{label}】\n{answer_text(tokens[0])}{'' if ended else '……（40 个 token 里没有结束符）'}\n")
     sea_logits = model(sea_ids)[:, -1]  # the first token of the answer
 for tau in (1.0, 1.8):
     ranked = sampling_probs(sea_logits, temperature=tau)[0].sort(descending=True).values
@@ -777,7 +777,7 @@ for tau in (1.0, 1.8):
 # 同一个种子、同样的设置，每次运行都是同一段文字；换一个种子就换一种说法。$\tau = 0.7$ 加 top-p 的两句都通顺，说完就停；
 # $\tau = 1$ 不过滤也还成句；温度升到 1.8，分布被放得很平，排在很后面的几万个 token 加起来也分到了可观的概率（最后两行：
 # 前 100 名以外的 token 从百分之二左右涨到一半左右），
-# 抽中一个离谱的 token，后面就跟着乱了：几个 token 之后文字就不成句子，60 个 token 里也等不到结束符。$\tau$ 在 0.7 左右、再加一个 top-p，是常见的折中：
+# 抽中一个离谱的 token，后面就跟着乱了：几个 token 之后文字就不成句子，40 个 token 里也等不到结束符。$\tau$ 在 0.7 左右、再加一个 top-p，是常见的折中：
 # 每次说法不同，又把离谱的 token 挡在外面。
 
 # %% [markdown]
