@@ -27,7 +27,7 @@ import pytest
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.instructor.release import build_source_notebook, source_file
 from course.tools.workspace import copy_notebooks
-from tests.chromium import CHROMIUM, free_port, launched
+from tests.chromium import CHROMIUM, answers, free_port, launched
 from tests.notebooks import IN_THE_BROWSER, released_path
 
 pytestmark = [pytest.mark.browser,
@@ -64,16 +64,9 @@ def lab(tmp_path_factory):
                                "--ip=127.0.0.1", f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={root}"],
                               cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2)
-            break
-        except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                server.kill()
-                pytest.fail(f"JupyterLab did not start; its log: {root / 'server.log'}")
-            time.sleep(0.5)
+    if not answers(f"{url}/api/status?token={TOKEN}", server, 60):
+        server.kill()
+        pytest.fail(f"JupyterLab did not start; its log: {root / 'server.log'}")
     yield url, root
     server.terminate()
     server.wait(timeout=30)

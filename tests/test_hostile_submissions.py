@@ -112,31 +112,9 @@ def test_student_code_cannot_reach_an_answer(attack):
 
 # --- touching the grader --------------------------------------------------------------------------------
 
-def test_student_code_cannot_write_into_the_course(tmp_path):
-    targets = [Path(scores_check.__file__), REPO / "solutions" / "__pycache__" / "x.pyc",
-               REPO / "planted.py"]
-    attack = f'''
-def attention_scores(q, k):
-    for path in {[str(t) for t in targets]!r}:
-        try:
-            open(path, "a").write("# changed")
-        except OSError:
-            continue
-        return "written"
-    raise PermissionError("nothing writable")
-'''
-    before = {t: t.read_bytes() if t.exists() else None for t in targets}
-    verdict = graded(attack)
-    assert "PermissionError" in verdict.message, verdict.message
-    assert {t: t.read_bytes() if t.exists() else None for t in targets} == before
-
-
-def test_student_code_cannot_change_the_weights_it_may_read():
-    """The sandbox reads the Qwen3.5 weights of the course's cache (jobs name 08's real-size layer by file); it
-    must not write there, where it would change the reference and every later student's grading too."""
-    qwen35_weights.load_linear_attention_layer(0, verbose=False)  # the stand-in's file, made on first use
-    layer = qwen35_weights.stand_in_file(0)
-    targets = [layer, layer.with_name("planted.safetensors"), qwen35_weights.cache_folder() / "planted"]
+def refused_writes(targets: list[Path]) -> None:
+    """Student code that appends to each of ``targets`` in turn is refused every time, and none of them changes
+    (or appears)."""
     attack = f'''
 def attention_scores(q, k):
     for path in {[str(t) for t in targets]!r}:
@@ -151,6 +129,21 @@ def attention_scores(q, k):
     verdict = graded(attack)
     assert "PermissionError" in verdict.message, verdict.message
     assert {t: t.read_bytes() if t.exists() else None for t in targets} == before
+
+
+def test_student_code_cannot_write_into_the_course():
+    targets = [Path(scores_check.__file__), REPO / "solutions" / "__pycache__" / "x.pyc",
+               REPO / "planted.py"]
+    refused_writes(targets)
+
+
+def test_student_code_cannot_change_the_weights_it_may_read():
+    """The sandbox reads the Qwen3.5 weights of the course's cache (jobs name 08's real-size layer by file); it
+    must not write there, where it would change the reference and every later student's grading too."""
+    qwen35_weights.load_linear_attention_layer(0, verbose=False)  # the stand-in's file, made on first use
+    layer = qwen35_weights.stand_in_file(0)
+    targets = [layer, layer.with_name("planted.safetensors"), qwen35_weights.cache_folder() / "planted"]
+    refused_writes(targets)
 
 
 def test_student_code_cannot_write_into_the_graders_memory():

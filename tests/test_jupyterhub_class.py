@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from urllib.parse import quote
 
@@ -44,7 +43,7 @@ from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.grading import grade_notebook
 from autograder.instructor.release import build_source_notebook, source_file
 from course.layout import ROOT as REPO
-from tests.chromium import CHROMIUM, free_port, launched
+from tests.chromium import CHROMIUM, answers, free_port, launched
 from tests.notebooks import ASSIGNMENT, filled, source_solutions
 from tests.student_code import MISTAKES_01
 
@@ -215,17 +214,10 @@ def hub(accounts, tmp_path_factory):
         process = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
                                    cwd=state, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{ports['public']}"
-    deadline = time.monotonic() + SECONDS
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/hub/api", timeout=2)
-            break
-        except OSError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                with contextlib.suppress(ProcessLookupError):  # gone already when the Hub itself stopped
-                    os.killpg(process.pid, signal.SIGKILL)
-                pytest.fail(f"JupyterHub did not start: {(state / 'hub.log').read_text(encoding='utf-8')[-3000:]}")
-            time.sleep(0.5)
+    if not answers(f"{url}/hub/api", process, SECONDS):
+        with contextlib.suppress(ProcessLookupError):  # gone already when the Hub itself stopped
+            os.killpg(process.pid, signal.SIGKILL)
+        pytest.fail(f"JupyterHub did not start: {(state / 'hub.log').read_text(encoding='utf-8')[-3000:]}")
     yield Hub(url, course, accounts, process.pid)  # unshare and sh exec: its pid is the Hub's
     os.killpg(process.pid, signal.SIGTERM)  # the Hub stops the servers it started, the service and the proxy
     try:
