@@ -7,6 +7,7 @@ validated (``sandbox.report.from_bytes``) before anything looks at it. This is t
 check: ``pytest autograder/``, ``nbgrader autograde`` and the hidden-test cells of the source notebooks all
 end here.
 """
+import functools
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -139,6 +140,13 @@ def _clean(text: str, cap: int) -> str:
     return kept if len(kept) <= cap else kept[:cap - 2] + "……"
 
 
+def reference_result(exercise: Exercise, case: Case):
+    """What ``exercise.call`` gives for the reference on ``case`` in float64, once per process for cases of the
+    same contents (``known_outputs``): a check's ``Mistake.matches`` that compares with it costs nothing more."""
+    return known((exercise.name, exercise.call, exercise.reference), case,
+                 lambda: exercise.call(exercise.reference, case.in_float64()))
+
+
 class References:
     """The reference's results on each case (in float64), computed in a thread of their own from the moment this
     is made: while the sandbox runs the student's code in another process, the grader already works out what
@@ -147,10 +155,7 @@ class References:
 
     def __init__(self, exercise: Exercise, cases: list[Case]):
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="reference")
-        def reference(case: Case):
-            return known((exercise.name, exercise.call, exercise.reference), case,
-                         lambda: exercise.call(exercise.reference, case.in_float64()))
-        self._results = self._pool.submit(lambda: [reference(c) for c in cases])
+        self._results = self._pool.submit(lambda: [reference_result(exercise, c) for c in cases])
         self._pool.shutdown(wait=False)
 
     def __getitem__(self, index: int):
@@ -166,7 +171,7 @@ def check_output(exercise: Exercise, case: Case, got, expected=None) -> Mismatch
     """Why ``got`` is not the right output for ``case`` (None when it is); ``expected`` is the reference's
     result on the case, when it is known already."""
     if expected is None:
-        expected = exercise.call(exercise.reference, case.in_float64())
+        expected = reference_result(exercise, case)
     want = exercise.graded(expected)
     free = exercise.free_in(case)
     mismatch = compare(exercise.graded(got), want, case.dtype, exercise.tolerance(case.dtype),
@@ -208,7 +213,7 @@ def _first_wrong_stage(exercise: Exercise, case: Case, got, reference) -> str | 
 
 
 _STOPPED = {
-    "timeout": "运行超过 {timeout:g} 秒，被停止了：代码里是不是有死循环，或者在做很大的计算？",
+    "timeout": "运行超过 {timeout:.3g} 秒，被停止了：代码里是不是有死循环，或者在做很大的计算？",
     "too_big": TOO_BIG,
 }
 
@@ -244,12 +249,20 @@ def grade(exercise: Exercise, cells: list[Cell], sandbox: Sandbox | None = None,
         expected.finish()
 
 
-def _on_a_broken_base(exercise: Exercise, verdict: Verdict, reached, depends) -> Verdict:
-    """``verdict``, or, when exercises this one builds on fail their own checks, a verdict naming them first."""
-    if verdict.passed or verdict.grader_problem or verdict.summary == NOT_IMPLEMENTED or depends is None:
+def _broken_base(exercise: Exercise, reached, depends) -> list[tuple[str, Verdict]]:
+    """The exercises of ``exercise.uses`` that the code reaches and that fail their own checks, with their verdicts."""
+    if depends is None:
+        return []
+    return [(name, found) for name in exercise.uses if name in reached and name != exercise.name
+            for found in [depends(name)] if found is not None and not found.passed and not found.grader_problem]
+
+
+def _on_a_broken_base(exercise: Exercise, verdict: Verdict, broken) -> Verdict:
+    """``verdict``, or, when exercises this one builds on fail their own checks (``broken()``, as
+    ``_broken_base`` gives them), a verdict naming them first."""
+    if verdict.passed or verdict.grader_problem or verdict.summary == NOT_IMPLEMENTED:
         return verdict
-    broken = [(name, found) for name in exercise.uses if name in reached and name != exercise.name
-              for found in [depends(name)] if found is not None and not found.passed and not found.grader_problem]
+    broken = broken()
     if not broken:
         return verdict
     names = "、".join(name for name, _ in broken)
@@ -288,12 +301,15 @@ def _run_and_judge(exercise, cells, sandbox, timeout_s, cases, expected, fail, d
     if missing:
         return fail(missing)
     reached = {*report.reaches, *PULLED.get(exercise.call.__name__, ())}
-    return _on_a_broken_base(exercise, _judge(exercise, cases, expected, report.outcomes, fail), reached, depends)
+    broken = functools.cache(lambda: _broken_base(exercise, reached, depends))  # looked up only for a wrong answer
+    verdict = _judge(exercise, cases, expected, report.outcomes, fail, lambda: bool(broken()))
+    return _on_a_broken_base(exercise, verdict, broken)
 
 
 def _judge(exercise: Exercise, cases: list[Case], expected: References, outcomes: tuple[Outcome, ...],
-           fail) -> Verdict:
-    """The verdict on the outcomes of the cases, in order: the first wrong one decides."""
+           fail, on_a_broken_base=lambda: False) -> Verdict:
+    """The verdict on the outcomes of the cases, in order: the first wrong one decides. A wrong output is not
+    diagnosed when ``on_a_broken_base()``: the verdict will name the broken exercises instead."""
     for index, (case, outcome) in enumerate(zip(cases, outcomes)):
         if isinstance(outcome, GraderError):  # the harness vouches that the grader's own code raised it
             return grader_problem(exercise, outcome.what)
@@ -305,7 +321,7 @@ def _judge(exercise: Exercise, cases: list[Case], expected: References, outcomes
             return fail(f"没有通过：{_MUTATED[0]}", f"用例：{case.label}\n调用之后，{'、'.join(changed)}"
                                                  f"的值变了。\n看起来是：{_MUTATED[0]}。{_MUTATED[1]}", _MUTATED[0])
         if problem is not None:
-            return _wrong(exercise, cases, expected, outcomes, index, problem, fail)
+            return _wrong(exercise, cases, expected, outcomes, index, problem, fail, on_a_broken_base)
     if len(outcomes) < len(cases):
         return fail("评分进程没有跑完所有用例。")
     return Verdict(exercise.name, exercise.points, exercise.points, "通过")
@@ -329,12 +345,15 @@ def _raised(exercise: Exercise, case: Case, info, fail) -> Verdict:
 
 
 def _wrong(exercise: Exercise, cases: list[Case], expected: References, outcomes: tuple[Outcome, ...], index: int,
-           problem: Mismatch | str, fail) -> Verdict:
+           problem: Mismatch | str, fail, on_a_broken_base) -> Verdict:
     """The verdict when case ``index`` is the first with a wrong output: the known mistake that explains every
-    case, or else facts about the output."""
+    case, or else facts about the output (none of either on a broken base: diagnosing it would cost model runs
+    for a message that is not shown)."""
     case, got, changed = cases[index], outcomes[index].output, outcomes[index].changed
     text, kind = (problem.text, problem.kind) if isinstance(problem, Mismatch) else (problem, "values")
     lines = [f"用例：{case.label}", text]
+    if on_a_broken_base():
+        return fail(f"没有通过：{_MISMATCH_SUMMARY[kind]}", "\n".join(lines))
     stage = _first_wrong_stage(exercise, case, got, expected[index])
     if stage:
         lines.append(f"第一个和参考不一样的步骤：{stage}。")

@@ -4,7 +4,7 @@
 (the prompt, then the new tokens through the caches), not the whole sequence again for every token."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
+from autograder.engine.exercise import Exercise, Mistake, reference_result
 from autograder.engine.inputs import smollm2
 from autograder.engine.protocols import Case, call_generate
 from course.smollm2 import chat_prompt
@@ -36,21 +36,6 @@ def cases() -> list[Case]:
         _case(folder, [chat_prompt(QUESTION)], 3, "对话格式，", shown=[f"用户问：{QUESTION}"]),
         _case(folder, ["Once upon a time"], 1, "只生成一个 token，"),
     ]
-
-
-# The reference's tokens for each prompt already generated in this process, with the model they came from
-# (kept, so that its id stays its own): grading a class generates each prompt once, not once per student.
-_GENERATED: dict[tuple, tuple] = {}
-
-
-def reference(model, input_ids, max_new_tokens, attention_mask=None):
-    """``solutions.real_model.greedy_generate``, remembered per model and prompt. (A remembered answer calls no
-    model at all, which ``call_generate`` counts as reading each position at most once, as the reference does.)"""
-    key = (id(model), tuple(input_ids.shape), input_ids.numpy().tobytes(), max_new_tokens,
-           None if attention_mask is None else attention_mask.numpy().tobytes())
-    if key not in _GENERATED:
-        _GENERATED[key] = model, greedy_generate(model, input_ids, max_new_tokens, attention_mask=attention_mask)
-    return _GENERATED[key][1].clone()
 
 
 def _loop(*, position=-1, shared_cache=False, cached=True, whole_sequence=False, extend_mask=True):
@@ -87,7 +72,7 @@ _STEP = ("第一步把整段提示词送进模型（prefill），之后每一步
 
 def _right_tokens_without_the_cache(case: Case, got) -> bool:
     """The tokens are the reference's, but the model read far more positions than the prompt and the new tokens."""
-    want, _ = call_generate(reference, case)
+    want, _ = reference_result(EXERCISE, case)
     return (isinstance(got, (tuple, list)) and len(got) == 2 and isinstance(got[0], torch.Tensor)
             and got[0].shape == want.shape and torch.equal(got[0], want) and not bool(got[1]))
 
@@ -112,6 +97,6 @@ MISTAKES = (
 
 OUTPUT_NAMES = ("生成的 token id [B, max_new_tokens]", "模型是否只读了一遍提示词、每个新 token 各一次（带缓存解码）")
 
-EXERCISE = Exercise("greedy_generate", 4, reference, cases, MISTAKES, output_names=OUTPUT_NAMES,
+EXERCISE = Exercise("greedy_generate", 4, greedy_generate, cases, MISTAKES, output_names=OUTPUT_NAMES,
                     call=call_generate,
                     uses=("LlamaAttention", "KVCache"))

@@ -5,7 +5,7 @@ the student's own ``sampling_probs`` of the last position. With the same seed th
 one for one, and the model must read each position once (``protocols.call_sample_generate``)."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
+from autograder.engine.exercise import Exercise, Mistake, reference_result
 from autograder.engine.inputs import smollm2
 from autograder.engine.protocols import Case, call_sample_generate
 
@@ -38,22 +38,6 @@ def cases() -> list[Case]:
     ]
 
 
-# The reference's tokens for each case already generated in this process, with the model they came from (kept,
-# so that its id stays its own): grading a class generates each case once, not once per student.
-_GENERATED: dict[tuple, tuple] = {}
-
-
-def reference(model, input_ids, max_new_tokens, generator, attention_mask=None, **sampling):
-    """``solutions.real_model.sample_generate``, remembered per model, prompt, seed and options. ``generator`` is
-    the fresh one ``call_sample_generate`` made, so its initial seed names its stream."""
-    key = (id(model), tuple(input_ids.shape), input_ids.numpy().tobytes(), max_new_tokens, generator.initial_seed(),
-           None if attention_mask is None else attention_mask.numpy().tobytes(), tuple(sorted(sampling.items())))
-    if key not in _GENERATED:
-        _GENERATED[key] = model, sample_generate(model, input_ids, max_new_tokens, generator,
-                                                 attention_mask=attention_mask, **sampling)
-    return _GENERATED[key][1].clone()
-
-
 def _loop(*, pick="sample", own_generator=True, reseed=False, position=-1, cached=True, options=True):
     """Sampled decoding with one thing done wrong: ``pick`` the ``"argmax"`` instead of sampling; draw from
     torch's global generator (``own_generator=False``) or re-seed the given one every step (``reseed``); the
@@ -79,14 +63,14 @@ def _loop(*, pick="sample", own_generator=True, reseed=False, position=-1, cache
 
 def _right_tokens_without_the_cache(case: Case, got) -> bool:
     """The tokens are the reference's, but the model read far more positions than the prompt and the new tokens."""
-    want = call_sample_generate(reference, case)[0]
+    want = reference_result(EXERCISE, case)[0]
     return (isinstance(got, (tuple, list)) and len(got) == 3 and isinstance(got[0], torch.Tensor)
             and got[0].shape == want.shape and torch.equal(got[0], want) and not bool(got[1]))
 
 
 def _extra_draws(case: Case, got) -> bool:
     """The tokens and the reads are the reference's, the generator's state after the call is not."""
-    want = call_sample_generate(reference, case)
+    want = reference_result(EXERCISE, case)
     return (isinstance(got, (tuple, list)) and len(got) == 3 and isinstance(got[0], torch.Tensor)
             and got[0].shape == want[0].shape and torch.equal(got[0], want[0]) and bool(got[1]) == bool(want[1])
             and isinstance(got[2], torch.Tensor) and not torch.equal(got[2], want[2]))
@@ -129,5 +113,5 @@ MISTAKES = (
 OUTPUT_NAMES = ("抽出的 token id [B, max_new_tokens]", "模型是否只读了一遍提示词、每个新 token 各一次（带缓存解码）",
                 "调用之后 generator 抽出的下一个随机数（每一步正好抽一次、不做别的用时，和参考一样）")
 
-EXERCISE = Exercise("sample_generate", 3, reference, cases, MISTAKES, output_names=OUTPUT_NAMES,
+EXERCISE = Exercise("sample_generate", 3, sample_generate, cases, MISTAKES, output_names=OUTPUT_NAMES,
                     call=call_sample_generate, uses=("LlamaAttention", "KVCache", "sampling_probs"))
