@@ -71,10 +71,12 @@ def grade_cells(assignment: str, cells: list[Cell] | NotebookError, sandbox: San
                 cap_s: float | None = None) -> list[Verdict]:
     """The verdict on each exercise of ``assignment``, in order. Once ``cap_s`` seconds are spent (no cap
     when None), the exercises left fail with ``OUT_OF_TIME``."""
-    deadline = None if cap_s is None else time.monotonic() + cap_s
+    start = time.monotonic()
     verdicts, given = [], {}
     for exercise in ASSIGNMENTS[assignment]:
-        left = limits.EXERCISE_TIMEOUT_S if deadline is None else deadline - time.monotonic()
+        # The first exercise has the whole cap (nothing is spent yet), so that its limit, and the message a
+        # stall there gets, does not depend on how busy the machine was.
+        left = limits.EXERCISE_TIMEOUT_S if cap_s is None else cap_s - (time.monotonic() - start if verdicts else 0.0)
         if not isinstance(cells, NotebookError) and left < limits.LEAST_EXERCISE_S:
             verdicts.append(Verdict(exercise.name, 0, exercise.points, OUT_OF_TIME.format(cap=cap_s)))
         else:
