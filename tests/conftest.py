@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from filelock import FileLock
 
 from autograder.engine.assignments import SMOLLM2, needed_weights
 from autograder.engine.sandbox.client import Sandbox, shared
@@ -88,10 +89,19 @@ def sandbox_without():
 
 
 @pytest.fixture(scope="session")
-def generated_course(tmp_path_factory):
-    """A course folder where nbgrader generated release/ (and gradebook.db) from source/, once per run, as
-    `course-release` does in the checkout. Read it, or copy it before writing."""
-    root = tmp_path_factory.mktemp("generated-course")
-    shutil.copy(REPO / "nbgrader_config.py", root)
-    generate(root)
+def generated_course(tmp_path_factory, worker_id):
+    """A course folder where nbgrader generated release/ (and gradebook.db) from source/, once per run (the
+    workers of a parallel run share it), as `course-release` does in the checkout. Read it, or copy it before
+    writing."""
+    # A parallel run's workers each have a base folder inside the run's own: the one they share is above.
+    base = tmp_path_factory.getbasetemp()
+    root = (base if worker_id == "master" else base.parent) / "generated-course"
+    done = root.with_name("generated-course.done")
+    with FileLock(root.with_name("generated-course.lock")):
+        if not done.exists():  # a worker that failed halfway left no mark: generated again, from nothing
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            shutil.copy(REPO / "nbgrader_config.py", root)
+            generate(root)
+            done.touch()
     return root
