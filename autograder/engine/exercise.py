@@ -302,14 +302,14 @@ def _run_and_judge(exercise, cells, sandbox, timeout_s, cases, expected, fail, d
         return fail(missing)
     reached = {*report.reaches, *PULLED.get(exercise.call.__name__, ())}
     broken = functools.cache(lambda: _broken_base(exercise, reached, depends))  # looked up only for a wrong answer
-    verdict = _judge(exercise, cases, expected, report.outcomes, fail, lambda: bool(broken()))
+    verdict = _judge(exercise, cases, expected, report.outcomes, fail, broken)
     return _on_a_broken_base(exercise, verdict, broken)
 
 
 def _judge(exercise: Exercise, cases: list[Case], expected: References, outcomes: tuple[Outcome, ...],
-           fail, on_a_broken_base=lambda: False) -> Verdict:
+           fail, broken) -> Verdict:
     """The verdict on the outcomes of the cases, in order: the first wrong one decides. A wrong output is not
-    diagnosed when ``on_a_broken_base()``: the verdict will name the broken exercises instead."""
+    diagnosed when ``broken()`` lists exercises it builds on that fail: the verdict will name them instead."""
     for index, (case, outcome) in enumerate(zip(cases, outcomes)):
         if isinstance(outcome, GraderError):  # the harness vouches that the grader's own code raised it
             return grader_problem(exercise, outcome.what)
@@ -321,7 +321,7 @@ def _judge(exercise: Exercise, cases: list[Case], expected: References, outcomes
             return fail(f"没有通过：{_MUTATED[0]}", f"用例：{case.label}\n调用之后，{'、'.join(changed)}"
                                                  f"的值变了。\n看起来是：{_MUTATED[0]}。{_MUTATED[1]}", _MUTATED[0])
         if problem is not None:
-            return _wrong(exercise, cases, expected, outcomes, index, problem, fail, on_a_broken_base)
+            return _wrong(exercise, cases, expected, outcomes, index, problem, fail, broken)
     if len(outcomes) < len(cases):
         return fail("评分进程没有跑完所有用例。")
     return Verdict(exercise.name, exercise.points, exercise.points, "通过")
@@ -345,14 +345,14 @@ def _raised(exercise: Exercise, case: Case, info, fail) -> Verdict:
 
 
 def _wrong(exercise: Exercise, cases: list[Case], expected: References, outcomes: tuple[Outcome, ...], index: int,
-           problem: Mismatch | str, fail, on_a_broken_base) -> Verdict:
+           problem: Mismatch | str, fail, broken) -> Verdict:
     """The verdict when case ``index`` is the first with a wrong output: the known mistake that explains every
     case, or else facts about the output (none of either on a broken base: diagnosing it would cost model runs
     for a message that is not shown)."""
     case, got, changed = cases[index], outcomes[index].output, outcomes[index].changed
     text, kind = (problem.text, problem.kind) if isinstance(problem, Mismatch) else (problem, "values")
     lines = [f"用例：{case.label}", text]
-    if on_a_broken_base():
+    if broken():
         return fail(f"没有通过：{_MISMATCH_SUMMARY[kind]}", "\n".join(lines))
     stage = _first_wrong_stage(exercise, case, got, expected[index])
     if stage:

@@ -41,7 +41,7 @@ def affected(module, entry) -> tuple[str, ...]:
     versions = {key: [text] + ([entry.code[key]] if key in entry.code else []) for key, text in module.CORRECT.items()}
     found = []
     for exercise in ASSIGNMENTS[module.ASSIGNMENT]:
-        todo = [exercise.defines or exercise.name, *exercise.uses, *PULLED.get(exercise.call.__name__, ())]
+        todo = [exercise.definition, *exercise.uses, *PULLED.get(exercise.call.__name__, ())]
         seen, reached = set(), set()
         while todo:
             name = todo.pop()

@@ -10,8 +10,9 @@ without JupyterLab (grading runs no kernel), with a CPU build of torch, into a v
 own, ``/autograder/venv``: Ubuntu 24.04's Python is externally managed (PEP 668), and neither it nor its pip
 is touched. ``constraints.txt`` pins what is installed: the course's requirements and theirs, all the way
 down, at the versions of the environment that built the bundle (each pin where its release supports the
-Python it lands on), and torch at the version the course was tested with. ``run_autograder`` grades with that environment's Python in the course's sandbox,
-whose walls keep ``solutions/`` and ``autograder/`` out of the student's reach, wherever they are installed.
+Python it lands on), and torch at the version the course was tested with. ``run_autograder`` grades with
+that environment's Python in the course's sandbox, whose walls keep ``solutions/`` and ``autograder/`` out of
+the student's reach, wherever they are installed.
 Gradescope runs it as root, often without Landlock: student code then runs as nobody, and ``run_autograder``
 first makes the bundle, the upload, the results folder and the installed grading packages readable by root
 alone; where the answers can still be read, no exercise is graded and ``results.json`` says why.
