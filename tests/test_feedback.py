@@ -250,3 +250,11 @@ def test_a_wrong_single_number_is_said_without_an_empty_position(got, want):
     said = compare(got, want.double() if want.is_floating_point() else want, torch.float32,
                    EXERCISES["attention_scores"].tolerance(torch.float32))
     assert "[]" not in said.text and "4" in said.text, said.text
+
+
+def test_the_element_furthest_out_of_tolerance_is_named_by_its_index():
+    want = torch.zeros(2, 3, 4, dtype=torch.float64)
+    got = want.clone().float()
+    got[1, 2, 0], got[0, 1, 3] = 0.5, 0.1  # both out of tolerance; [1, 2, 0] by far
+    said = compare(got, want, torch.float32, EXERCISES["attention_scores"].tolerance(torch.float32))
+    assert "2 个元素" in said.text and "差得最多的在 [1, 2, 0]：期望 0，得到 0.5" in said.text, said.text

@@ -26,6 +26,16 @@ def _where(index) -> str:
     return "[" + ", ".join(str(int(i)) for i in index) + "]"
 
 
+def _position(flat: int, shape) -> tuple[int, ...]:
+    """The index of element ``flat`` of a row-major tensor of ``shape``: ``torch.unravel_index`` without its
+    first-use import of sympy (through torch.fx), over half a second in every fresh grader."""
+    index = []
+    for size in reversed(shape):
+        flat, i = divmod(flat, size)
+        index.append(i)
+    return tuple(reversed(index))
+
+
 def _shape(t: torch.Tensor) -> str:
     return str(list(t.shape))
 
@@ -133,7 +143,7 @@ def _compare_close(got, want, tol, name, equal_nan, dtype) -> Mismatch | None:
         expected, actual = _fmt_pair(want.item(), got.item())
         return Mismatch("values", f"{name}的数值不对（{dtype}：{tol}）：期望 {expected}，得到 {actual}。")
     worst = torch.argmax(torch.where(wrong, diff - limit, torch.full_like(diff, -1.0)))
-    where = torch.unravel_index(worst, want.shape)
+    where = _position(int(worst), want.shape)
     expected, actual = _fmt_pair(want[where].item(), got[where].item())
     scale = abs(want[where].item())
     relative = f"相对误差 {_fmt(diff[where].item() / scale)}" if scale > 0 else "期望值是 0，没有相对误差"
