@@ -23,6 +23,7 @@ mark the special cells; points come from the grader registry so they are written
 """
 import argparse
 import filecmp
+import functools
 import shutil
 import subprocess
 import sys
@@ -59,14 +60,22 @@ def source_file(assignment: str) -> Path:
 
 def solution_code(assignment: str) -> dict[str, str]:
     """Exercise -> its solution cell in the source notebook, markers removed: a complete answer."""
+    path = source_file(assignment)
+    return dict(_solutions_in(path, path.stat().st_mtime_ns))
+
+
+@functools.cache
+def _solutions_in(path: Path, mtime_ns: int) -> tuple[tuple[str, str], ...]:
+    """``solution_code`` of the file as it was at ``mtime_ns``, read once: the provided cells of the later
+    assignments take 55 earlier answers, and a read each made building the sources 2.5 s instead of 0.6 s."""
     solutions = {}
-    for cell in jupytext.read(source_file(assignment)).cells:
+    for cell in jupytext.read(path).cells:
         for tag in cell.metadata.get("tags", []):
             kind, _, exercise = tag.partition(":")
             if kind == "solution":
                 lines = [line for line in cell.source.splitlines() if line.strip() not in _SOLUTION_MARKERS]
                 solutions[exercise] = "\n".join(lines).strip()
-    return solutions
+    return tuple(solutions.items())
 
 
 def _provided(exercises: list[str], assignment: str, index: int, where: str) -> tuple[str, dict]:
