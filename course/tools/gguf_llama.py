@@ -167,7 +167,8 @@ def open_gguf(gguf_file: Path):
 
     class PlainViews(GGUFReader):
         def _get(self, *args, **kwargs):
-            self.data = self.data.view(np.ndarray)
+            if isinstance(self.data, np.memmap):  # the first read: from then on, a plain view of the same map
+                self.data = self.data.view(np.ndarray)
             return super()._get(*args, **kwargs)
 
     return PlainViews(gguf_file)
