@@ -123,8 +123,8 @@ def read_tensors(reader, config: dict, progress=None) -> dict[str, torch.Tensor]
     for tensor in reader.tensors:
         if tensor.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
             values = np.array(tensor.data, dtype=np.float32)  # a copy: the file is mapped read-only
-        else:  # dequantize slices its input row group by row group: on an np.memmap each slice runs Python code
-            values = dequantize(np.asarray(tensor.data), tensor.tensor_type)
+        else:
+            values = dequantize(tensor.data, tensor.tensor_type)
         # GGUF lists dimensions fastest first; torch wants them the other way round.
         weight = torch.from_numpy(np.ascontiguousarray(values)).reshape(tuple(reversed(tensor.shape.tolist())))
         name = hf_name(tensor.name)
@@ -159,10 +159,11 @@ def read_tokenizer(reader) -> Tokenizer:
 
 
 def open_gguf(gguf_file: Path):
-    """A ``gguf.GGUFReader`` of ``gguf_file`` that parses the metadata through plain ndarray views of the mapped
-    file. The reader slices its ``np.memmap`` once per value, and a memmap slice runs Python code: for SmolLM2's
-    49,152 tokens and 48,900 merges, 3.8 s against 1.3 s this way. (Should a later gguf read the file some other
-    way, this is simply the plain reader.)"""
+    """A ``gguf.GGUFReader`` of ``gguf_file`` that parses the metadata, and hands out the tensors' data, as plain
+    ndarray views of the mapped file. The reader slices its ``np.memmap`` once per value, and a memmap slice runs
+    Python code: for SmolLM2's 49,152 tokens and 48,900 merges, 3.8 s against 1.3 s this way, and dequantize,
+    which slices its input row group by row group, 1.2 s against 2.7 s. (Should a later gguf read the file some
+    other way, this is simply the plain reader.)"""
     from gguf import GGUFReader
 
     class PlainViews(GGUFReader):
