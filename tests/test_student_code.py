@@ -1,5 +1,6 @@
 """Reading student code out of notebooks: only definitions run, and every problem gets a clear message."""
 import nbformat
+import torch
 
 from autograder.engine import limits
 from autograder.engine.assignments import EXERCISES
@@ -95,3 +96,21 @@ def test_parsing_hostile_code_is_a_syntax_message_not_a_crash():
     code = student_code([Cell("代码单元 #1", "X = " + "-" * 100_000 + "1"), Cell("代码单元 #2", "A = 1\0")])
     assert "无法解析" in code.syntax_errors["代码单元 #1"]
     assert code.syntax_errors["代码单元 #2"]
+
+
+def test_an_import_is_kept_in_whichever_cell_it_is():
+    """The import that a later cell makes for its own definition stays, whatever the cell before defined; a
+    ``__future__`` import stays whole, since the rest of its cell compiles under it."""
+    cells = [Cell("代码单元 #1", "import math\nimport torch\n"),
+             Cell("代码单元 #2", "def helper(x):\n    return x + 1\n"),
+             Cell("代码单元 #3", "import torch.nn.functional as F\nfrom collections import OrderedDict\n\n"
+                                "def softmax_last(x):\n    return F.softmax(x, dim=-1)\n"),
+             Cell("代码单元 #4", "from __future__ import annotations\n\n\nclass Later:\n"
+                                "    def make(self) -> Later:\n        return Later()\n")]
+    code = student_code(cells)
+    assert {"F", "Later"} <= set(code.defined) and "OrderedDict" not in code.defined
+    namespace = {}
+    for compiled in code.compiled:
+        exec(compiled, namespace)
+    assert namespace["softmax_last"](torch.zeros(2)).tolist() == [0.5, 0.5]
+    assert isinstance(namespace["Later"]().make(), namespace["Later"])

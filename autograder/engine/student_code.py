@@ -86,8 +86,9 @@ def _names(node: ast.stmt) -> list[str]:
 
 
 def _used_imports(node: ast.stmt, used: set[str]) -> ast.stmt | None:
-    """``node`` keeping only the imported names in ``used`` (None when nothing is left)."""
-    if not isinstance(node, (ast.Import, ast.ImportFrom)):
+    """``node`` keeping only the imported names in ``used`` (None when nothing is left). A ``__future__`` import
+    is kept whole: it changes how the rest of its cell compiles (``annotations`` defers every annotation)."""
+    if not isinstance(node, (ast.Import, ast.ImportFrom)) or isinstance(node, ast.ImportFrom) and node.module == "__future__":
         return node
     node.names = [a for a in node.names if a.name == "*" or (a.asname or a.name).split(".")[0] in used]
     return node if node.names else None
@@ -130,8 +131,8 @@ def student_code(cells: list[Cell]) -> StudentCode:
                 code.defined[name] = label
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 # A name defined again (a notebook's ``class M(M)`` that adds a method) keeps what it used before.
-                used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - {node.name}
-                code.refers.setdefault(node.name, set()).update(used)
+                refers = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - {node.name}
+                code.refers.setdefault(node.name, set()).update(refers)
     return code
 
 
