@@ -14,6 +14,7 @@ expects it (the exercise contract every notebook states).
 import contextlib
 import dataclasses
 import json
+import threading
 from pathlib import Path
 
 import torch
@@ -123,23 +124,34 @@ class LlamaModel(nn.Module):
         return F.linear(self.norm(x), self.embed_tokens.weight)  # the head shares the embedding matrix
 
 
+_building = threading.local()  # how deep this thread is in parameters_on_meta
+
+
+def _on_meta(module, name, parameter):
+    if getattr(_building, "depth", 0) and isinstance(parameter, nn.Parameter) and not parameter.is_meta:
+        return nn.Parameter(parameter.to("meta"), requires_grad=parameter.requires_grad)
+    return None
+
+
+# Torch's parameter-registration hooks are global, and registering or removing one while another thread builds a
+# module breaks that thread's loop over them: the course's hook is registered once, here, as the module is imported,
+# and does nothing outside parameters_on_meta.
+register_module_parameter_registration_hook(_on_meta)
+
+
 @contextlib.contextmanager
 def parameters_on_meta():
     """Inside, modules are built with real buffers and tensors but every parameter goes to the meta device as
     it is registered, so that its random initialisation costs nothing: for modules whose every parameter is
     then replaced (``load_state_dict(..., assign=True)``). Their own ``__init__`` may make tensors (a RoPE
-    table) that nothing replaces: those stay real. The hook is torch's global state while it lasts."""
-    def on_meta(module, name, parameter):
-        if isinstance(parameter, nn.Parameter) and not parameter.is_meta:
-            return nn.Parameter(parameter.to("meta"), requires_grad=parameter.requires_grad)
-        return None
-
-    handle = register_module_parameter_registration_hook(on_meta)
+    table) that nothing replaces: those stay real. Only in the thread inside this block: modules that other
+    threads build meanwhile keep their parameters."""
+    _building.depth = getattr(_building, "depth", 0) + 1
     try:
         with torch.device("cpu"):
             yield
     finally:
-        handle.remove()
+        _building.depth -= 1
 
 
 def _built_on_cpu(attention_class, config) -> nn.Module:

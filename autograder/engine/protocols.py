@@ -9,6 +9,9 @@ Errors raised here reach the student, so they say in Chinese what the code shoul
 teacher as such (``harness`` vouches that this module raised it).
 """
 import functools
+import inspect
+import sys
+import threading
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -107,13 +110,34 @@ def call_module(cls, case: Case):
         return build(cls, init, weights, case.dtype)(x, **case.kwargs)
 
 
-def _cache_class(cls, name: str):
-    """The cache class ``name`` defined next to ``cls``: the student's module decodes with the student's own
-    cache, the reference with the reference's."""
-    cache = cls.forward.__globals__.get(name)
-    if cache is None:
-        raise NameError(f"找不到 {name}：{cls.__name__} 解码时要用你自己写的 {name} 类。")
-    return cache
+# The module the sandbox runs a notebook's definitions in (``harness.run``), registered in ``sys.modules`` as
+# Jupyter registers ``__main__``: where the protocols find the student's own classes that go with the code under test.
+STUDENT_MODULE = "__student__"
+
+_REQUIRED = object()
+
+
+def neighbour(owner, name: str, default=_REQUIRED):
+    """The definition ``name`` that goes with the code under test ``owner`` (a function or a class): the
+    notebook's own while the sandbox runs a notebook (``STUDENT_MODULE``), else the one in the module that
+    defines ``owner`` (the reference's, a known mistake's). Decorators do not matter: a notebook's names are
+    looked up in the notebook, and ``owner`` is unwrapped (``functools.wraps``) to find its module.
+
+    Without it: ``default`` when given; else, in a notebook, a ``NameError`` naming it (the student's to add);
+    beside a reference, a ``GraderProblem``.
+    """
+    student = sys.modules.get(STUDENT_MODULE)
+    if student is not None:
+        found = vars(student).get(name)
+        if found is None and default is _REQUIRED:
+            raise NameError(f"notebook 里没有 {name} 的定义：{getattr(owner, '__name__', '这一题')} 要用你自己写的 {name}。",
+                            name=name)
+    else:
+        module = sys.modules.get(getattr(inspect.unwrap(owner), "__module__", None) or "")
+        found = getattr(module, name, None)
+        if found is None and default is _REQUIRED:
+            raise GraderProblem(f"the grader found no {name} in the module of {owner!r}")
+    return default if found is None else found
 
 
 def _decode(step, cache, x, attention_mask, steps, values: bool = False) -> tuple:
@@ -181,7 +205,7 @@ def _run_decoder(cls, case: Case, cache_name: str, method: str, values: bool = F
                 raise TypeError(f"不带 cache 调用 {method} 时应返回 (out, None)：返回的 cache 就是传进来的那个，"
                                 f"没有传就是 None，得到的是 {type(returned).__name__}。")
             return out
-        return _decode(step, _cache_class(cls, cache_name)(), x, attention_mask, steps, values)
+        return _decode(step, neighbour(cls, cache_name)(), x, attention_mask, steps, values)
 
 
 def call_decoder(cls, case: Case):
@@ -222,6 +246,8 @@ def call_generate(fn, case: Case) -> tuple:
 # seed plus this when the model first runs (building it may draw from it), so that such code gives the same wrong
 # tokens on every run, and a mistake can reproduce them.
 GLOBAL_SEED_OFFSET = 1000
+# Held while torch's global generator is seeded and drawn from for one call: the grader's threads take turns.
+_GLOBAL_GENERATOR = threading.Lock()
 
 
 def call_sample_generate(fn, case: Case) -> tuple:
@@ -238,7 +264,7 @@ def call_sample_generate(fn, case: Case) -> tuple:
     kwargs = {**({} if attention_mask is None else {"attention_mask": attention_mask}), **case.kwargs}
     generator = torch.Generator().manual_seed(seed)
     torch.rand((), generator=generator)  # handed over already used, as a notebook's generator often is
-    with torch.random.fork_rng(devices=[]):
+    with _GLOBAL_GENERATOR, torch.random.fork_rng(devices=[]):
         tokens, once = _generate(fn, folder, input_ids, max_new_tokens, (generator,), kwargs,
                                  "torch.multinomial(probs, 1, generator=generator) 抽出的正是 [B, 1]：probs 要是 [B, V] 两维。",
                                  first_run=lambda: torch.manual_seed(seed + GLOBAL_SEED_OFFSET))
@@ -248,15 +274,13 @@ def call_sample_generate(fn, case: Case) -> tuple:
 def _generate(fn, folder: str, input_ids: torch.Tensor, max_new_tokens: int, extra: tuple, kwargs: dict,
               shape_hint: str, first_run=None) -> tuple:
     """``fn(model, input_ids, max_new_tokens, *extra, **kwargs)`` in the real model in ``folder`` with the
-    ``LlamaAttention`` next to ``fn``: what it returned, and whether the model read each position at most once.
-    ``shape_hint`` says how the code should shape the next token when it feeds the model a wrong shape;
-    ``first_run()``, when given, is called as the model is first run."""
-    attention = fn.__globals__.get("LlamaAttention")
-    if attention is None:
-        raise NameError(f"找不到 LlamaAttention：{fn.__name__} 要在模型的每一层里用你自己写的 LlamaAttention。")
-    fed, hooks = [], []
+    ``LlamaAttention`` that goes with ``fn`` (``neighbour``): what it returned, and whether the model read each
+    position at most once. ``shape_hint`` says how the code should shape the next token when it feeds the model a
+    wrong shape; ``first_run()``, when given, is called as the model is first run."""
+    attention = neighbour(fn, "LlamaAttention")
+    fed = []
 
-    def record(module, args, named):
+    def record(args, named):
         ids = args[0] if args else named.get("input_ids")
         if isinstance(ids, torch.Tensor) and ids.dim() != 2:
             raise ValueError(f"第 {len(fed) + 1} 次调用模型时，input_ids 的形状是 {list(ids.shape)}，应是 [B, T] 两维："
@@ -265,26 +289,19 @@ def _generate(fn, folder: str, input_ids: torch.Tensor, max_new_tokens: int, ext
             first_run()
         fed.append(ids.shape[-1] if isinstance(ids, torch.Tensor) else 0)
 
-    def build() -> nn.Module:
-        model = real_model(folder, attention)
-        hooks.append(model.register_forward_pre_hook(record, with_kwargs=True))
-        return model
-
-    try:
-        with torch.no_grad():
-            tokens = fn(_OnFirstUse(build), input_ids, max_new_tokens, *extra, **kwargs)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    with torch.no_grad():
+        tokens = fn(_Counted(lambda: real_model(folder, attention), record), input_ids, max_new_tokens, *extra, **kwargs)
     return tokens, torch.tensor(sum(fed) <= input_ids.shape[-1] + max_new_tokens)
 
 
-class _OnFirstUse:
-    """Stands for the model and builds it the first time the code under test uses it: a loop that is not
-    written yet fails as such, before the attention it would run is even built."""
+class _Counted:
+    """Stands for the model: ``record(args, kwargs)`` sees every call of it (``model(...)`` or ``model.forward(...)``)
+    before it runs, and the model is built the first time the code under test uses it, so that a loop that is not
+    written yet fails as such, before the attention it would run is even built. The counting is this object's, not
+    a hook on the model, which ``real_model`` shares between the calls (and the threads) of a grading run."""
 
-    def __init__(self, build):
-        self._build, self._model = build, None
+    def __init__(self, build, record):
+        self._build, self._record, self._model = build, record, None
 
     def _real(self) -> nn.Module:
         if self._model is None:
@@ -292,10 +309,12 @@ class _OnFirstUse:
         return self._model
 
     def __getattr__(self, name):
-        return getattr(self._real(), name)
+        return self.__call__ if name == "forward" else getattr(self._real(), name)
 
     def __call__(self, *args, **kwargs):
-        return self._real()(*args, **kwargs)
+        model = self._real()
+        self._record(args, kwargs)
+        return model(*args, **kwargs)
 
 
 @functools.lru_cache(maxsize=2)
@@ -398,19 +417,38 @@ def call_layer(cls, case: Case):
     layer = build(cls, (cfg,), weights, x.dtype)
     stages = {name: [] for name in LAYER_STAGES}
     hooks = _hook_stages(layer, stages)
-    space = cls.forward.__globals__
-    originals = {name: space.get(name) for name in ("apply_partial_rope", "attention")}
+    watched = {}
     for name, stage, pick in (("apply_partial_rope", "rope", lambda r: r), ("attention", "attention", lambda r: r[0])):
-        if callable(originals[name]):
-            space[name] = _recording(originals[name], stages[stage], pick)
+        step = neighbour(cls, name, None)
+        code = getattr(inspect.unwrap(step), "__code__", None) if callable(step) else None
+        if code is not None:
+            watched[code] = (stages[stage], pick)
+    previous = sys.getprofile()
+    sys.setprofile(_returns_into(watched))  # this thread's alone: the module's names stay as they are
     try:
         with torch.no_grad():
             out = layer(x, cos, sin, attention_mask=attention_mask)
     finally:
-        space.update(originals)
+        sys.setprofile(previous)
         for hook in hooks:
             hook.remove()
     return out, {name: tuple(tensors) for name, tensors in stages.items()}
+
+
+def _returns_into(watched: dict):
+    """A profile function (``sys.setprofile``) that appends ``pick(what it returned)`` to ``into`` whenever a
+    function whose code is in ``watched`` (code -> ``(into, pick)``) returns a tensor that way."""
+    def profile(frame, event, result):
+        if event != "return" or frame.f_code not in watched:
+            return
+        into, pick = watched[frame.f_code]
+        try:
+            picked = pick(result)
+        except (TypeError, IndexError, KeyError):
+            return
+        if isinstance(picked, torch.Tensor):
+            into.append(picked)
+    return profile
 
 
 def _hook_stages(layer, stages: dict) -> list:
@@ -427,21 +465,24 @@ def _hook_stages(layer, stages: dict) -> list:
     return hooks
 
 
-def _recording(fn, into: list, pick):
-    """``fn``, also appending ``pick(its result)`` to ``into`` when that is a tensor."""
-    def recorded(*args, **kwargs):
-        result = fn(*args, **kwargs)
-        try:
-            picked = pick(result)
-        except (TypeError, IndexError, KeyError):
-            picked = None
-        if isinstance(picked, torch.Tensor):
-            into.append(picked)
-        return result
-    return recorded
-
-
 # --- 08: the recurrent rules, the causal conv and the Gated DeltaNet layer, continued from their states ---
+
+def kept_state(state, dtype: torch.dtype):
+    """A state that the code under test handed back, as graded for input of ``dtype``: one kept in float32, as
+    Hugging Face's kernels and its cache keep every state whatever the input, counts as one in the input's dtype.
+    The one rule for every state of 08, the rules' and the layer cache's; any other dtype is left for the
+    comparison to refuse."""
+    if isinstance(state, torch.Tensor) and state.dtype == torch.float32 != dtype:
+        return state.to(dtype)
+    return state
+
+
+def _with_kept_state(result, dtype: torch.dtype):
+    """``(out, state)`` with the state as graded (``kept_state``); anything else as it is, for the comparison."""
+    if isinstance(result, (tuple, list)) and len(result) == 2:
+        return result[0], kept_state(result[1], dtype)
+    return result
+
 
 def _in_two_calls(fn, first: tuple, rest: tuple, kwargs: dict, state_name: str, dim: int) -> tuple:
     """``fn(*first, **kwargs)``, then ``fn(*rest, **kwargs, state_name=the state it returned)``: the two
@@ -460,12 +501,13 @@ def call_rule(fn, case: Case) -> tuple:
     kwargs = dict(case.kwargs)
     split = kwargs.pop("split", None)
     if split is None:
-        return fn(*case.args, **kwargs)
+        return _with_kept_state(fn(*case.args, **kwargs), case.dtype)
 
     def part(t, where):
         return t[..., where, :] if t.dim() == 4 else t[..., where]
-    return _in_two_calls(fn, tuple(part(t, slice(None, split)) for t in case.args),
-                         tuple(part(t, slice(split, None)) for t in case.args), kwargs, "state", -2)
+    return _with_kept_state(_in_two_calls(fn, tuple(part(t, slice(None, split)) for t in case.args),
+                                          tuple(part(t, slice(split, None)) for t in case.args), kwargs, "state", -2),
+                            case.dtype)
 
 
 class PerPosition(RuntimeError):
@@ -527,9 +569,10 @@ def call_conv(fn, case: Case) -> tuple:
     kwargs = dict(case.kwargs)
     split = kwargs.pop("split", None)
     if split is None:
-        return fn(*case.args, **kwargs)
+        return _with_kept_state(fn(*case.args, **kwargs), case.dtype)
     x, weight = case.args
-    return _in_two_calls(fn, (x[..., :split], weight), (x[..., split:], weight), kwargs, "conv_state", -1)
+    return _with_kept_state(_in_two_calls(fn, (x[..., :split], weight), (x[..., split:], weight), kwargs,
+                                          "conv_state", -1), case.dtype)
 
 
 def call_recurrent_decoder(cls, case: Case):
@@ -537,18 +580,16 @@ def call_recurrent_decoder(cls, case: Case):
     x (``out``), or through one ``GatedDeltaNetCache`` (the one defined next to ``cls``) in the chunks
     ``case.kwargs["steps"]`` gives, each call seeing the mask's columns up to its last position. Then returns
     the outputs joined along the sequence and what the cache holds at the end: ``(out, conv_state,
-    recurrent_state)``, the states in the case's dtype (a state kept in float32, as Hugging Face keeps it,
-    is right)."""
+    recurrent_state)``, the states as graded (``kept_state``: kept in float32, as Hugging Face keeps them, is
+    right)."""
     attention_mask, steps = case.kwargs.get("attention_mask"), case.kwargs.get("steps")
     if steps is None:
         return _run_decoder(cls, case, "GatedDeltaNetCache", "forward")
     init, weights, x = case.args
     with torch.no_grad():
-        cache = _cache_class(cls, "GatedDeltaNetCache")()
+        cache = neighbour(cls, "GatedDeltaNetCache")()
         out = _feed(build(cls, init, weights, case.dtype), cache, x, attention_mask, steps, "就地更新它的状态")
-    states = tuple(s.to(case.dtype) if isinstance(s, torch.Tensor) and s.is_floating_point() else s
-                   for s in (cache.conv_state, cache.recurrent_state))
-    return (out, *states)
+    return out, kept_state(cache.conv_state, case.dtype), kept_state(cache.recurrent_state, case.dtype)
 
 
 PROTOCOLS = {fn.__name__: fn for fn in (call_function, call_blockwise, call_module, call_decoder, call_latent_decoder,

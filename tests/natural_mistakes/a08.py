@@ -333,11 +333,6 @@ ENTRIES = [
           "float32 state tensor itself, so the state passed in is overwritten with the final state",
           {LR: patch(RECURRENT, ("S = S + k32[..., t, :, None] * v32[..., t, None, :]", "S += k32[..., t, :, None] * v32[..., t, None, :]"))},
           (LR,)),
-    Entry("08-lar-state-not-cast-back", "single",
-          "linear_attention_recurrent returns o in q's dtype but the state in float32 (it forgets to cast the "
-          "state back), so bfloat16 inputs give a float32 state",
-          {LR: patch(RECURRENT, ("return o.to(q.dtype), S.to(q.dtype)", "return o.to(q.dtype), S"))},
-          (LR,)),
     # ---- delta_rule ----
     Entry("08-delta-beta-on-v-only", "single",
           "delta_rule multiplies only v_t by beta: delta = beta_t v_t - k_t S instead of beta_t (v_t - k_t S)",

@@ -255,7 +255,6 @@ JUDGED = {
     '08-lar-state-transposed': ('named', 'Names transposed [Dv, Dk] state layout.'),
     '08-lar-ignores-state': ('named', 'Names ignoring the passed-in state.'),
     '08-lar-state-in-place': ('named', 'Names in-place modification of the input state.'),
-    '08-lar-state-not-cast-back': ('clue', 'Returned state float32 not bf16; only bf16 case fails.'),
     '08-delta-beta-on-v-only': ('named', 'Names beta multiplying only v.'),
     '08-delta-read-before-write': ('named', 'Names read-before-write in delta_rule.'),
     '08-delta-reads-with-q': ('clue', 'Only T=1 passes, one step wrong: points at memory read term.'),

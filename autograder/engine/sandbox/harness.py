@@ -7,6 +7,7 @@ import builtins
 import re
 import sys
 import traceback
+import types
 from dataclasses import replace
 
 import torch
@@ -135,23 +136,31 @@ def _why_not_plain(t: torch.Tensor) -> str | None:
     return None
 
 
-def _student_frame(exc: BaseException, code: StudentCode):
-    """(cell label, line number, qualified function name) of the innermost frame in the student's cells."""
+# How many of the student's own frames an error's location shows: where it was raised and the calls that led there.
+_CALLERS_SHOWN = 2
+
+
+def _student_frames(exc: BaseException, code: StudentCode) -> list[tuple[str, int, str]]:
+    """(cell label, line number, qualified function name) of each frame in the student's cells, innermost last."""
     labels = {cell.label for cell in code.cells}
-    frames = [(f.f_code, lineno) for f, lineno in traceback.walk_tb(exc.__traceback__)
-              if f.f_code.co_filename in labels]
-    if not frames:
-        return None
-    function, lineno = frames[-1]
-    return function.co_filename, lineno, getattr(function, "co_qualname", function.co_name)
+    return [(f.f_code.co_filename, lineno, getattr(f.f_code, "co_qualname", f.f_code.co_name))
+            for f, lineno in traceback.walk_tb(exc.__traceback__) if f.f_code.co_filename in labels]
 
 
-def _location(frame, code: StudentCode) -> str:
-    """Where the error is, the way JupyterLab shows it: the function, its cell's In [n], the line."""
+def _place(frame, code: StudentCode) -> str:
+    """One frame the way JupyterLab shows it: the function, its cell's In [n], the line."""
     label, lineno, function = frame
     cell = code.cell(label)
     inside = "" if function == "<module>" else f"`{function}` 里，"
-    return f"出错位置：{inside}{cell.where if cell else label} 第 {lineno} 行：{code.line(label, lineno)}"
+    return f"{inside}{cell.where if cell else label} 第 {lineno} 行：{code.line(label, lineno)}"
+
+
+def _location(frames: list, code: StudentCode) -> str:
+    """Where the error is, and (when it was raised in a helper) which of the student's lines called it: a known
+    mistake's pattern may be in the caller (``k.T`` handed to a helper that multiplies)."""
+    lines = [f"出错位置：{_place(frames[-1], code)}"]
+    lines += [f"调用它的是：{_place(frame, code)}" for frame in reversed(frames[-1 - _CALLERS_SHOWN:-1])]
+    return "\n".join(lines)
 
 
 def _assigned_in(code: StudentCode, name: str) -> str | None:
@@ -183,11 +192,11 @@ def _name_error(exc: NameError, code: StudentCode, where: str) -> ErrorInfo:
 
 def describe_error(exc: BaseException, code: StudentCode, name: str) -> ErrorInfo:
     """A short Chinese summary of what the student's code raised, and where."""
-    frame = _student_frame(exc, code)
-    where = _location(frame, code) if frame else ""
+    frames = _student_frames(exc, code)
+    where = _location(frames, code) if frames else ""
     if isinstance(exc, NotImplementedError) and not re.search(torch_errors.NO_KERNEL, str(exc)):
         # A function, or a method of a class, is the exercise itself or one it builds on.
-        raised_in = frame[2].split(".")[0] if frame else name
+        raised_in = frames[-1][2].split(".")[0] if frames else name
         if raised_in in (name, "<module>"):
             return ErrorInfo(NOT_IMPLEMENTED)
         return ErrorInfo(f"{NOT_IMPLEMENTED}：`{name}` 调用的 `{raised_in}` 还没有实现。", where)
@@ -271,15 +280,22 @@ def run(request: dict) -> Report:
     name = request["exercise"]
     if name not in code.defined:
         return Report(defined, syntax_errors)
-    namespace = {"__name__": "__student__", "__builtins__": builtins}
+    # A module of its own, as Jupyter's ``__main__``: dataclasses and typing find it, and the protocols find the
+    # notebook's classes in it (``protocols.neighbour``) however the code under test is decorated.
+    module = types.ModuleType(protocols.STUDENT_MODULE)
+    module.__builtins__ = builtins
+    sys.modules[protocols.STUDENT_MODULE] = module
     try:
-        for compiled in code.compiled:
-            exec(compiled, namespace)
-    except BaseException as e:  # noqa: BLE001
-        info = describe_error(e, code, name)
-        return Report(defined, syntax_errors,
-                      error=replace(info, summary="执行 notebook 里的定义时出错，" + info.summary))
-    outcomes = _call_each(protocols.PROTOCOLS[request["call"]], namespace[name], request["cases"], code, name)
+        try:
+            for compiled in code.compiled:
+                exec(compiled, vars(module))
+        except BaseException as e:  # noqa: BLE001
+            info = describe_error(e, code, name)
+            return Report(defined, syntax_errors,
+                          error=replace(info, summary="执行 notebook 里的定义时出错，" + info.summary))
+        outcomes = _call_each(protocols.PROTOCOLS[request["call"]], vars(module)[name], request["cases"], code, name)
+    finally:
+        sys.modules.pop(protocols.STUDENT_MODULE, None)
     return Report(defined, syntax_errors, outcomes=outcomes, reaches=code.reaches(name))
 
 
