@@ -251,6 +251,17 @@ def causal_mask(q_len, k_len=None, window=None):
     ("online_softmax_attention", "累加的输出没有跟着缩放",
      swapped(_ONLINE, "o = o * c + p @ v", "o = o + p @ v")),
     ("online_softmax_attention", "running sum 没有跟着缩放", swapped(_ONLINE, "l = l * c + p.sum", "l = l + p.sum")),
+    # FlashAttention's issue #2082: the shift that stands in for a -inf running max is kept as the running max.
+    ("online_softmax_attention", "running max 被记成了 0", swapped(_ONLINE, "        m = m_new\n", "        m = shift\n")),
+    # Memory-efficient attention before its fix: the block's max is taken before the mask.
+    ("online_softmax_attention", "每块的最大值是在 mask 之前取的",
+     swapped(_ONLINE, """        if mask is not None:
+            s = s.masked_fill(~mask[..., i:i + block_size], float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+""", """        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., i:i + block_size], float("-inf"))
+""")),
     ("online_softmax_attention", "running max 从 0 开始",
      swapped(_ONLINE, 'm = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)',
              "m = torch.full(q.shape[:-1] + (1,), 0.0, dtype=q.dtype)")),

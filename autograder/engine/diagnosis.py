@@ -89,11 +89,12 @@ def diagnose(exercise: "Exercise", cases: Sequence[Case], outputs: Sequence, exp
 
 
 def _consistent(exercise: "Exercise", mistake: "Mistake", case: Case, got, expected, is_right: bool) -> bool:
-    if mistake.error is not None or (mistake.matches is not None and is_right) or \
-            (mistake.tried_on is not None and not mistake.tried_on(case)):
-        return True  # an error pattern, a test of wrong outputs, or a mistake that does not define this case
-    if mistake.matches is not None:
+    if mistake.matches is not None:  # a test of wrong outputs: a right one rules it out only where the mistake
+        if is_right:                 # cannot come out right (its tried_on)
+            return mistake.tried_on is None or not mistake.tried_on(case)
         return bool(mistake.matches(case, got))
+    if mistake.error is not None or (mistake.tried_on is not None and not mistake.tried_on(case)):
+        return True  # an error pattern, or a mistake that does not define this case
     wrong = _output(exercise, mistake, case, mistake.native_dtype)
     if wrong is _RAISED or _agree(exercise, case, got, wrong):
         return True

@@ -26,7 +26,7 @@ def cases() -> list[Case]:
     # Every score near -1e4: exp of an unshifted score is 0 everywhere, 0/0 after the sum.
     far = (randn(gen, 2, 6, 4).abs() * 100, -randn(gen, 2, 30, 4).abs() * 100 - 20, randn(gen, 2, 30, 4))
     blind_queries = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1]]).bool()[:, None, :, None]
-    return [
+    seen = [
         Case("三个 token 的手算例子，causal_mask(3)，block_size=1：一次一个 key",
              (queries, keys, values, causal_mask(3)), {"block_size": 1}),
         Case("三个 token 的手算例子，mask=None，block_size=2：第二块只有一个 key", (queries, keys, values), {"block_size": 2}),
@@ -50,35 +50,55 @@ def cases() -> list[Case]:
         Case(f"q [2, 2, 6, 16]，k/v [2, 2, 48, 16]，causal_mask(6, 48)，block_size=16，{dtype_name(torch.bfloat16)}",
              (*qkv((2, 2), 6, 48, 16, 16, torch.bfloat16), causal_mask(6, 48)), {"block_size": 16}),
     ]
+    return seen + _masked_extremes(gen)  # drawn last: the cases above keep their numbers
+
+
+def _masked_extremes(gen) -> list[Case]:
+    """Where the masked keys decide what a careless running max does (bugs shipped in real kernels): a row whose
+    first blocks are all masked before scores far below 0, and masked keys that score far above the visible ones."""
+    pad = padding_mask(torch.tensor([[0] * 10 + [1] * 22, [1] * 32]))
+    q_far = randn(gen, 2, 1, 6, 4).abs() * 100
+    k_far = -randn(gen, 2, 1, 32, 4).abs() * 100 - 20
+    q_pos = randn(gen, 2, 2, 5, 8).abs() + 0.5
+    k_big = randn(gen, 2, 2, 16, 8)
+    k_big[0, :, :6] = 300.0  # the first sentence's padding keys, lined up with every (positive) query
+    pad_big = padding_mask(torch.tensor([[0] * 6 + [1] * 10, [1] * 16]))
+    return [
+        Case("左侧 pad：第一句前 10 个 key 被遮住（block_size=8，第一块整块被遮住），看得见的分数都在 −1e4 上下",
+             (q_far, k_far, randn(gen, 2, 1, 32, 4), pad), {"block_size": 8}),
+        Case("左侧 pad：第一句被遮住的 6 个 key 分数最大（+983 到 +1371），看得见的分数很普通；block_size=4",
+             (q_pos, k_big, randn(gen, 2, 2, 16, 8), pad_big & causal_mask(5, 16)), {"block_size": 4}),
+    ]
 
 
 def _blocks(q, k, v, mask, block_size):
-    """(scores, v) of each block of keys, scores already masked with -inf."""
+    """(scores, raw scores, v) of each block of keys: the scores masked with -inf, and as they were."""
     if mask is not None:
         mask = mask.expand(*mask.shape[:-1], k.shape[-2])
     for start in range(0, k.shape[-2], block_size):
         block = slice(start, start + block_size)
-        scores = attention_scores(q, k[..., block, :])
-        if mask is not None:
-            scores = scores.masked_fill(~mask[..., block], float("-inf"))
-        yield scores, v[..., block, :]
+        raw = attention_scores(q, k[..., block, :])
+        scores = raw if mask is None else raw.masked_fill(~mask[..., block], float("-inf"))
+        yield scores, raw, v[..., block, :]
 
 
 def _online(q, k, v, mask=None, block_size=16, *, rescale_out=True, rescale_sum=True, start_max=float("-inf"),
-            guard_shift=True, guard_divide=True):
-    """The running-max loop with one of its parts left out (each flag off is one mistake)."""
+            guard_shift=True, guard_divide=True, keep_shift=False, max_before_mask=False):
+    """The running-max loop with one of its parts left out or wrong (each flag changed is one mistake):
+    ``keep_shift`` keeps the shift (0 for a row that has seen no key yet) as the running max;
+    ``max_before_mask`` takes each block's max over the scores before masking."""
     rows = (q @ k[..., :1, :].mT).shape[:-1]
     running_max = torch.full((*rows, 1), start_max, dtype=q.dtype)
     running_sum = torch.zeros(*rows, 1, dtype=q.dtype)
     out = torch.zeros(*rows, v.shape[-1], dtype=q.dtype)
-    for scores, values in _blocks(q, k, v, mask, block_size):
-        new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))
+    for scores, raw, values in _blocks(q, k, v, mask, block_size):
+        new_max = torch.maximum(running_max, (raw if max_before_mask else scores).amax(dim=-1, keepdim=True))
         shift = new_max.nan_to_num(neginf=0.0) if guard_shift else new_max
         weights = torch.exp(scores - shift)
         rescale = torch.exp(running_max - shift)
         running_sum = running_sum * (rescale if rescale_sum else 1.0) + weights.sum(dim=-1, keepdim=True)
         out = out * (rescale if rescale_out else 1.0) + weights @ values
-        running_max = new_max
+        running_max = shift if keep_shift else new_max
     if guard_divide:
         return torch.where(running_sum > 0, out / running_sum, 0.0)
     return out / running_sum
@@ -86,7 +106,7 @@ def _online(q, k, v, mask=None, block_size=16, *, rescale_out=True, rescale_sum=
 
 def _per_block(q, k, v, mask=None, block_size=16):
     """Each block's own softmax, the block outputs added up."""
-    return sum(torch.softmax(s, dim=-1).nan_to_num(0.0) @ values for s, values in _blocks(q, k, v, mask, block_size))
+    return sum(torch.softmax(s, dim=-1).nan_to_num(0.0) @ values for s, _, values in _blocks(q, k, v, mask, block_size))
 
 
 def _last_block_dropped(q, k, v, mask=None, block_size=16):
@@ -97,20 +117,30 @@ def _last_block_dropped(q, k, v, mask=None, block_size=16):
                    mask.expand(*mask.shape[:-1], k.shape[-2])[..., :whole], block_size)
 
 
+UNDERFLOW = -746.0  # exp of anything below is 0, even in float64
+
+
 def _overflowed(case: Case, got) -> bool:
-    """exp of raw scores: where some score is far above 0 the output is not finite (exp overflowed); where every
-    score is far below 0 it is not finite or zero on a row that sees keys (exp underflowed)."""
+    """exp of raw scores: where some score is far from 0, masked or not, the output is not finite or it is zero on a
+    row that sees keys (exp overflowed to inf, then inf/inf or inf·0; or it underflowed to 0, then z = 0). Where
+    every visible score lies below −745, exp underflows on every row, so every row that sees keys is lost."""
     q, k = case.args[:2]
     mask = case.args[3] if len(case.args) > 3 else None
     scores = attention_scores(q.double(), k.double())
-    if not isinstance(got, torch.Tensor) or got.shape[:-1] != scores.shape[:-1]:
+    if not isinstance(got, torch.Tensor) or got.shape[:-1] != scores.shape[:-1] or scores.abs().max() < 100:
         return False
-    if scores.max() > 100:
-        return not bool(got.isfinite().all())
-    if scores.max() < -100:
-        sees = torch.ones(scores.shape[:-1], dtype=torch.bool) if mask is None else mask.expand(scores.shape).any(-1)
-        return bool(not got.isfinite().all() or ((got == 0).all(-1) & sees).any())
-    return False
+    sees = torch.ones(scores.shape[:-1], dtype=torch.bool) if mask is None else mask.expand(scores.shape).any(-1)
+    lost = ~got.isfinite().all(-1) | (got == 0).all(-1)
+    return bool(lost[sees].all() if _scores_below(case, UNDERFLOW) else lost[sees].any())
+
+
+def _scores_below(case: Case, bound: float) -> bool:
+    """Whether every score a query may attend to in ``case`` lies below ``bound``."""
+    q, k = case.args[:2]
+    mask = case.args[3] if len(case.args) > 3 else None
+    scores = attention_scores(q.double(), k.double())
+    seen = scores if mask is None else scores.masked_select(mask.expand(scores.shape))
+    return bool(seen.numel()) and bool((seen < bound).all())
 
 
 def _unscaled(q, k, v, mask=None, block_size=16):
@@ -148,8 +178,17 @@ MISTAKES = (
             "range(0, Tk, block_size) 加切片 [start:start + block_size] 会自动处理。", _last_block_dropped,
             # With fewer keys than one block nothing is left; what such code returns then is its own business.
             tried_on=lambda case: case.args[1].shape[-2] >= case.kwargs.get("block_size", 16)),
+    Mistake("一个 key 也还没看到的行，running max 被记成了 0（应该还是 −inf）",
+            "平移时把 −inf 换成 0 是对的，可 running max 本身要保持 −inf：记成 0 之后，后面看得见的分数都远小于 0 时，"
+            "exp(s − 0) 全部下溢成 0，这一行就什么也没取到。用换过的值去平移，running max 仍然记 m_new。",
+            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, keep_shift=True)),
+    Mistake("每块的最大值是在 mask 之前取的：被遮住的 key 也算进了 running max",
+            "先 mask（被遮住的分数填 −inf），再取这一块的最大值：被遮住的 key 分数最大时，用它平移会让看得见的 exp 全部下溢成 0。",
+            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, max_before_mask=True)),
     Mistake("exp 之前没有减去 running max", "分数上 1e4 时 exp 会溢出成 inf（远小于 0 时下溢成 0）：每一块都减去当前的 "
-            "running max 再 exp，和 masked_softmax 里减去每行最大值是同一个道理。", matches=_overflowed),
+            "running max 再 exp，和 masked_softmax 里减去每行最大值是同一个道理。", matches=_overflowed,
+            # Every score below −745: exp underflows even in float64, so such code cannot come out right there.
+            tried_on=lambda case: _scores_below(case, UNDERFLOW)),
     Mistake("忘了除以 √D", "每一块的分数也是 q·k/√D：用 attention_scores 算每一块的分数。", _unscaled),
     Mistake("一次算出了多于 block_size 个 key 的分数", "online softmax 的意义就在于每次只持有一块分数 [..., Tq, block_size]："
             "按 block_size 切开 k、v（和 mask 的最后一维），一块一块地更新。", error="WholeScores"),
