@@ -423,7 +423,7 @@ def look(x):
     sandbox = Sandbox()
     try:
         answer = sandbox.run({"exercise": "look", "call": "call_function", "cells": [("代码单元 #1", spy)],
-                              "cases": [Case("spy", (0,))]}, timeout_s=10)
+                              "cases": [Case("spy", (0,))]}, cpu_s=10)
     finally:
         sandbox.stop()
     modules = set(from_bytes(answer.data, cases=1).outcomes[0].output)

@@ -48,7 +48,8 @@ class Mistake:
     # Run ``fn`` on the case's own dtype rather than on float64: for mistakes that are about precision.
     native_dtype: bool = False
     # The cases whose outputs this mistake defines to their tolerance (all when None); on the others the
-    # student's rounding, not the mistake, decides the numbers (cosines of 10⁸ radians in float32).
+    # student's rounding, not the mistake, decides the numbers (cosines of 10⁸ radians in float32). For a
+    # ``matches`` mistake, the cases where it cannot come out right: a right output there rules it out.
     tried_on: Callable[[Case], bool] | None = None
 
 
@@ -213,17 +214,19 @@ def _first_wrong_stage(exercise: Exercise, case: Case, got, reference) -> str | 
 
 
 _STOPPED = {
-    "timeout": "运行超过 {timeout:.3g} 秒，被停止了：代码里是不是有死循环，或者在做很大的计算？",
+    "timeout": "运行超过 {timeout:.3g} 秒 CPU 时间，被停止了：代码里是不是有死循环，或者在做很大的计算？",
     "too_big": TOO_BIG,
 }
+_BUSY = ("机器太忙：这一题的代码在 {wall:.3g} 秒里只用了 {cpu:.2g} 秒 CPU 时间（可以用 {timeout:.3g} 秒），重试一次也一样。"
+         "这多半是机器上同时在跑的程序太多；代码要是在 sleep 或等待什么，也会这样")
 
 
 def _crash_message(detail: dict) -> str:
     if detail.get("left_running"):
         return "代码关掉了交回结果的通道，却还在运行：评分时不要关闭文件描述符。"
     signal_name = detail.get("signal")
-    if signal_name in ("SIGXCPU", "SIGKILL"):
-        return "运行进程被停止了：CPU 时间或内存用得太多。是不是有死循环，或者建了特别大的张量？"
+    if signal_name in ("SIGXCPU", "SIGKILL"):  # before its CPU time was used up (that is a timeout): memory
+        return "运行进程被停止了：内存用得太多（或者用了特别多的 CPU 时间）。是不是建了特别大的张量？"
     if signal_name:
         return f"运行进程因为信号 {signal_name} 崩溃了。"
     return (f"运行进程提前退出了（退出码 {detail.get('exit')}），没有交回结果："
@@ -286,6 +289,9 @@ def _run_and_judge(exercise, cells, sandbox, timeout_s, cases, expected, fail, d
         return grader_problem(exercise, str(e))
     if answer.kind == "grader":
         return grader_problem(exercise, answer.detail.get("message", ""))
+    if answer.kind == "busy":
+        return grader_problem(exercise, _BUSY.format(wall=answer.detail["wall_s"], cpu=answer.detail.get("cpu_s") or 0.0,
+                                                     timeout=timeout_s))
     if answer.kind in _STOPPED:
         return fail(_STOPPED[answer.kind].format(timeout=timeout_s))
     if answer.kind != "report":

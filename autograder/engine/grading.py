@@ -5,6 +5,8 @@
 A failure of the grader itself (the sandbox cannot start, a check raises) is that exercise's zero marked
 ``grader_problem``, never a lost verdict: every exercise asked for gets one.
 """
+import contextlib
+import threading
 import time
 from pathlib import Path
 
@@ -14,12 +16,13 @@ from autograder.engine import limits
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from autograder.engine.exercise import Verdict, grade, grader_problem
 from autograder.engine.ipynb import NotebookError, parse_code_cells, read_code_cells
-from autograder.engine.sandbox.client import Sandbox
+from autograder.engine.sandbox.client import Sandbox, shared
 from autograder.engine.student_code import Cell
 from autograder.engine.submission import SubmissionError, notebooks
 
-OUT_OF_TIME = ("整本 notebook 的评分时间（{cap:g} 秒）已经用完，这一题没有评分："
+OUT_OF_TIME = ("整本 notebook 的评分时间（{cap:g} 秒 CPU 时间）已经用完，这一题没有评分："
                "前面的练习是不是有死循环，或者算得特别慢？")
+OUT_OF_WALL = "机器太忙：整本 notebook 已经评了 {wall:.0f} 秒（CPU 时间还没用完），这一题没有评分"
 
 
 def judge(exercise, cells: "list[Cell] | NotebookError", sandbox: Sandbox | None = None,
@@ -42,19 +45,37 @@ def judge(exercise, cells: "list[Cell] | NotebookError", sandbox: Sandbox | None
             return None
         return judge(EXERCISES[name], cells, sandbox, timeout_s, verdicts)
 
-    # The grader's own torch work (references, known mistakes) on one thread, as in the sandbox: it is small or
-    # memory-bound (07 decodes token by token), and threads that wait on each other on a busy machine made
-    # it 5-15x slower (measured on two shared cores).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        verdict = grade(exercise, cells, sandbox, timeout_s=timeout_s, depends=depends)
-    except Exception as e:  # noqa: BLE001 - a grader failure is this exercise's zero, never a lost verdict
-        verdict = grader_problem(exercise, f"{type(e).__name__}: {e}")
-    finally:
-        torch.set_num_threads(threads)
+    with _one_torch_thread():
+        try:
+            verdict = grade(exercise, cells, sandbox, timeout_s=timeout_s, depends=depends)
+        except Exception as e:  # noqa: BLE001 - a grader failure is this exercise's zero, never a lost verdict
+            verdict = grader_problem(exercise, f"{type(e).__name__}: {e}")
     verdicts[exercise.name] = verdict
     return verdict
+
+
+_threads_lock = threading.Lock()
+_threads = {"grading": 0, "before": 1}
+
+
+@contextlib.contextmanager
+def _one_torch_thread():
+    """The grader's own torch work (references, known mistakes) on one thread, as in the sandbox: it is small or
+    memory-bound (07 decodes token by token), and threads that wait on each other on a busy machine made it 5-15x
+    slower (measured on two shared cores). Torch's thread count is the process's: the first grading to start sets
+    it and the last to end puts it back, however many threads grade at once."""
+    with _threads_lock:
+        if not _threads["grading"]:
+            _threads["before"] = torch.get_num_threads()
+            torch.set_num_threads(1)
+        _threads["grading"] += 1
+    try:
+        yield
+    finally:
+        with _threads_lock:
+            _threads["grading"] -= 1
+            if not _threads["grading"]:
+                torch.set_num_threads(_threads["before"])
 
 
 def notebook_cells(data: bytes | None, problem: str, name: str) -> list[Cell] | NotebookError:
@@ -69,16 +90,22 @@ def notebook_cells(data: bytes | None, problem: str, name: str) -> list[Cell] | 
 
 def grade_cells(assignment: str, cells: list[Cell] | NotebookError, sandbox: Sandbox | None = None,
                 cap_s: float | None = None) -> list[Verdict]:
-    """The verdict on each exercise of ``assignment``, in order. Once ``cap_s`` seconds are spent (no cap
-    when None), the exercises left fail with ``OUT_OF_TIME``."""
-    start = time.monotonic()
+    """The verdict on each exercise of ``assignment``, in order. Once the student's code has used ``cap_s``
+    seconds of CPU time (no cap when None), the exercises left fail with ``OUT_OF_TIME``; once the notebook has
+    taken ``cap_s × limits.BUSY_RETRY_FACTOR`` seconds of wall time with CPU time left, they are the grader's
+    problem (``OUT_OF_WALL``): the machine is too busy, whatever the code does."""
+    sandbox = sandbox or shared()
+    start, used_before = time.monotonic(), sandbox.cpu_used_s
     verdicts, given = [], {}
     for exercise in ASSIGNMENTS[assignment]:
-        # The first exercise has the whole cap (nothing is spent yet), so that its limit, and the message a
-        # stall there gets, does not depend on how busy the machine was.
-        left = limits.EXERCISE_TIMEOUT_S if cap_s is None else cap_s - (time.monotonic() - start if verdicts else 0.0)
-        if not isinstance(cells, NotebookError) and left < limits.LEAST_EXERCISE_S:
+        left = limits.EXERCISE_TIMEOUT_S if cap_s is None else cap_s - (sandbox.cpu_used_s - used_before)
+        wall = time.monotonic() - start
+        if isinstance(cells, NotebookError) or cap_s is None or exercise.name in given:
+            verdicts.append(judge(exercise, cells, sandbox, limits.EXERCISE_TIMEOUT_S, given))
+        elif left < limits.LEAST_EXERCISE_S:
             verdicts.append(Verdict(exercise.name, 0, exercise.points, OUT_OF_TIME.format(cap=cap_s)))
+        elif wall > cap_s * limits.BUSY_RETRY_FACTOR:
+            verdicts.append(grader_problem(exercise, OUT_OF_WALL.format(wall=wall)))
         else:
             verdicts.append(judge(exercise, cells, sandbox, min(limits.EXERCISE_TIMEOUT_S, left), given))
     return verdicts

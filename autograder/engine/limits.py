@@ -2,14 +2,39 @@
 reads, and how long the grader waits for the sandbox. (Truncations of a message to a line are made where
 the message is written.)"""
 
-# Seconds of wall-clock time for all cases of one exercise (the cases themselves take milliseconds);
-# CPU time is capped one second above it.
+# Seconds of CPU time for all cases of one exercise (the cases themselves take milliseconds to seconds). CPU
+# time, not wall time, so that no verdict depends on how busy the machine is (RLIMIT_CPU stops the run one
+# second above it; the sandbox measures what a run used).
 EXERCISE_TIMEOUT_S = 20.0
-# Seconds for all the exercises of one notebook when a whole class is graded (course-grade, Gradescope), so
-# that one notebook cannot hold a worker for long: exercises left when it runs out get no verdict (zero, and
-# a message saying so). Six exercises that each run out their own time fit in it; `pytest autograder/`,
-# which grades one student, has no such cap.
+# The wall clock guards only against code that does not get the CPU (a busy machine) or does not use it (it
+# sleeps): a run is first given its CPU seconds and this many more, so that on an idle machine the CPU limit
+# stops an infinite loop first; a run stopped by the wall clock with CPU time left is run once more with
+# BUSY_RETRY_FACTOR times its CPU seconds (a fifth of a core is enough then), and stopped again it is the
+# grader's problem ("机器太忙"), never the student's loop.
+WALL_MARGIN_S = 2.0
+BUSY_RETRY_FACTOR = 5
+# Seconds of CPU time for all the exercises of one notebook when a whole class is graded (course-grade,
+# Gradescope), so that one notebook cannot hold a worker for long: exercises left when it runs out get no
+# verdict (zero, and a message saying so). Six exercises that each run out their own time fit in it; `pytest
+# autograder/`, which grades one student, has no such cap. Where the machine is so busy that the notebook's
+# wall time passes BUSY_RETRY_FACTOR times the cap, the exercises left are the grader's problem instead.
 NOTEBOOK_TIMEOUT_S = 120.0
+
+
+def first_wall_s(cpu_s: float) -> float:
+    """The wall-clock cap of a run that may use ``cpu_s`` seconds of CPU time."""
+    return cpu_s + WALL_MARGIN_S
+
+
+def retry_wall_s(cpu_s: float) -> float:
+    """The wall-clock cap of its second run, after the first was stopped by the wall clock with CPU time left."""
+    return cpu_s * BUSY_RETRY_FACTOR
+
+
+def notebook_wall_s(cap_s: float) -> float:
+    """The longest a notebook capped at ``cap_s`` CPU seconds may take: exercises start until ``cap_s`` times
+    BUSY_RETRY_FACTOR of wall time has passed, and the last to start may take both its runs."""
+    return cap_s * BUSY_RETRY_FACTOR + first_wall_s(EXERCISE_TIMEOUT_S) + retry_wall_s(EXERCISE_TIMEOUT_S)
 
 # Address space a run may add on top of what the fork server already maps (torch alone maps ~0.6 GiB).
 EXTRA_MEMORY_BYTES = 3 * 1024**3
@@ -45,7 +70,8 @@ STOP_GRACE_S = 2.0
 # Seconds past an exercise's timeout that the grader waits for the fork server's answer (it kills a child
 # at the timeout, so only a stuck fork server needs this).
 ANSWER_GRACE_S = 30.0
-# Seconds past the cap per notebook before a silent class-grading worker counts as stuck and is replaced.
+# Seconds past the longest a notebook may take (``notebook_wall_s``) before a silent class-grading worker counts
+# as stuck and is replaced.
 WORKER_STUCK_AFTER_S = 60.0
 # Below this many seconds left of a notebook's cap, an exercise is not started: it could not finish, and its
 # message would blame a timeout the student's code did not cause.

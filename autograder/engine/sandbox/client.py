@@ -28,7 +28,9 @@ class SandboxError(Exception):
 
 @dataclass(frozen=True)
 class Answer:
-    """What became of one job: ``kind`` is report, timeout, crashed, too_big or grader."""
+    """What became of one job: ``kind`` is report, timeout (the code used up its CPU time), busy (stopped twice by
+    the wall clock with CPU time left: the machine's doing), crashed, too_big or grader. ``detail`` holds what the
+    fork server said, with the CPU seconds the code used (``cpu_s``) and, for busy, the wall seconds (``wall_s``)."""
 
     kind: str
     data: bytes = b""
@@ -45,6 +47,7 @@ class Sandbox:
         self._hello: dict | None = None
         self._jobs = 0
         self._lock = threading.Lock()
+        self.cpu_used_s = 0.0
 
     def start(self) -> None:
         """Start the fork server without waiting for it (its first answer is awaited by the first job)."""
@@ -69,30 +72,44 @@ class Sandbox:
             self._hello = header
         return self._hello
 
-    def run(self, job: dict, timeout_s: float) -> Answer:
-        """Run ``job`` (see ``harness.run``) in a fresh walled child; restart the fork server once if it died."""
-        with self._lock:
-            for attempt in (1, 2):
-                try:
-                    return self._run_once(job, timeout_s)
-                except SandboxError:
-                    self.stop()
-                    if attempt == 2:
-                        raise
+    def run(self, job: dict, cpu_s: float) -> Answer:
+        """Run ``job`` (see ``harness.run``) in a fresh walled child that may use ``cpu_s`` seconds of CPU time.
 
-    def _run_once(self, job: dict, timeout_s: float) -> Answer:
+        The wall clock only guards against code that does not get (or does not use) the CPU: a run stopped by it
+        with CPU time left is run again under ``limits.retry_wall_s``, and stopped again it is answered ``busy``, so
+        that a busy machine never passes for the student's infinite loop. Restarts the fork server once if it
+        died. ``cpu_used_s`` adds up the CPU time of every run."""
+        with self._lock:
+            answer = self._run_restarting(job, cpu_s, limits.first_wall_s(cpu_s))
+            if answer.kind == "wall":
+                answer = self._run_restarting(job, cpu_s, limits.retry_wall_s(cpu_s))
+                if answer.kind == "wall":
+                    answer = Answer("busy", detail={**answer.detail, "wall_s": limits.retry_wall_s(cpu_s)})
+            return answer
+
+    def _run_restarting(self, job: dict, cpu_s: float, wall_s: float) -> Answer:
+        for attempt in (1, 2):
+            try:
+                return self._run_once(job, cpu_s, wall_s)
+            except SandboxError:
+                self.stop()
+                if attempt == 2:
+                    raise
+
+    def _run_once(self, job: dict, cpu_s: float, wall_s: float) -> Answer:
         self.hello()
         self._jobs += 1
-        payload = pickle.dumps({**job, "timeout": timeout_s}, protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps({**job, "cpu": cpu_s, "timeout": wall_s}, protocol=pickle.HIGHEST_PROTOCOL)
         try:
             protocol.write_message(self._process.stdin.fileno(), {"job": self._jobs}, payload)
         except OSError as e:
             raise SandboxError(f"the sandbox stopped taking jobs ({e})") from None
-        header, data = self._read(timeout_s + limits.ANSWER_GRACE_S, "running a job")
+        header, data = self._read(wall_s + limits.ANSWER_GRACE_S, "running a job")
         if header.get("job") != self._jobs:
             raise SandboxError("the sandbox answered out of turn")
         if header.get("last"):  # a server without fork takes one job: the next job starts a new one
             self.stop()
+        self.cpu_used_s += header.get("cpu_s") or 0.0
         return Answer(header["kind"], data, header)
 
     def _read(self, timeout_s: float, doing: str) -> tuple[dict, bytes]:

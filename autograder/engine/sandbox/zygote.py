@@ -9,8 +9,8 @@ Where namespaces are available the fork server runs as PID 1 of its own PID name
 the grader started only waits for it, and both die with the grader.
 
 Messages on stdout (see ``protocol.py``): ``{"hello": ..., "up": [...], "missing": {...}}`` once, then one
-answer per job: ``{"kind": "report"}`` with the child's bytes, or ``{"kind": "timeout" | "crashed" |
-"too_big" | "grader", ...}``.
+answer per job: ``{"kind": "report"}`` with the child's bytes, or ``{"kind": "timeout" | "wall" | "crashed" |
+"too_big" | "grader", ...}``, each with the CPU seconds the child used (``cpu_s``).
 """
 import gc
 import os
@@ -30,7 +30,7 @@ _SETUP_FAILED = b"S"
 
 def _child(walls: Walls, harness, job: dict, write_fd: int) -> None:
     try:
-        walls.enter_child(write_fd, job["timeout"])
+        walls.enter_child(write_fd, job["cpu"])
     except BaseException as e:  # noqa: BLE001 - any failure here is the grader's, reported as such
         os.write(write_fd, _SETUP_FAILED + f"{type(e).__name__}: {e}".encode()[:4000])
         return
@@ -52,7 +52,7 @@ def _collect(read_fd: int, timeout_s: float) -> tuple[bytes, str | None]:
     while not _complete(data):
         left = deadline - time.monotonic()
         if left <= 0:
-            return bytes(data), "timeout"
+            return bytes(data), "wall"
         ready, _, _ = select.select([read_fd], [], [], left)
         if not ready:
             continue
@@ -76,19 +76,24 @@ def _status(status: int) -> dict:
     return {"exit": os.WEXITSTATUS(status)}
 
 
-def _wait_briefly(pid: int, seconds: float) -> tuple[int, int]:
-    """``waitpid`` that gives a process which closed its output a moment to finish exiting."""
+def _wait_briefly(pid: int, seconds: float) -> tuple[int, int, float]:
+    """``wait4`` that gives a process which closed its output a moment to finish exiting: (pid or 0, status,
+    the CPU seconds it used)."""
     deadline = time.monotonic() + seconds
     while True:
-        finished, status = os.waitpid(pid, os.WNOHANG)
+        finished, status, usage = os.wait4(pid, os.WNOHANG)
         if finished or time.monotonic() >= deadline:
-            return finished, status
+            return finished, status, usage.ru_utime + usage.ru_stime
         time.sleep(0.002)
 
 
 def run_job(walls: Walls, harness, job: dict) -> tuple[dict, bytes]:
     """Fork a walled child for ``job`` and return the answer for the grader; none where nothing keeps the
-    answers out (fail closed: the grader reports every exercise as its own problem, with the reason)."""
+    answers out (fail closed: the grader reports every exercise as its own problem, with the reason).
+
+    The child may use ``job["cpu"]`` seconds of CPU time (``RLIMIT_CPU``) within ``job["timeout"]`` seconds of
+    wall time. Every answer says how much CPU it used (``cpu_s``); one that used up its CPU time is a
+    ``timeout``, one stopped by the wall clock before that is ``wall`` (the grader decides what that means)."""
     if walls.answers_reachable:
         return {"kind": "grader", "message": walls.answers_reachable}, b""
     read_fd, write_fd = os.pipe()
@@ -104,19 +109,30 @@ def run_job(walls: Walls, harness, job: dict) -> tuple[dict, bytes]:
         data, stopped = _collect(read_fd, job["timeout"])
     finally:
         os.close(read_fd)
-    finished, status = _wait_briefly(pid, 0.0 if stopped else 0.5)
+    finished, status, cpu = _wait_briefly(pid, 0.0 if stopped else 0.5)
     if not finished:  # out of time, or still running after closing its output
         os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
+        _, status, usage = os.wait4(pid, 0)
+        cpu = usage.ru_utime + usage.ru_stime
     walls.clean_up_after_run(pid)
+    answer, data = _answer(data, stopped, finished, status, cpu >= job["cpu"])
+    return {**answer, "cpu_s": round(cpu, 3)}, data
+
+
+def _answer(data: bytes, stopped: str | None, finished: int, status: int, used_up: bool) -> tuple[dict, bytes]:
+    """The answer for what the child wrote (``data``), why reading it stopped early (``stopped``), whether the
+    child had ended by itself (``finished``), how it ended (``status``) and whether it used up its CPU time."""
     if data[:1] == _SETUP_FAILED:
         return {"kind": "grader", "message": data[1:].decode(errors="replace")}, b""
     if stopped == "too_big":
         return {"kind": "too_big"}, b""
     if data[:1] != _READY:
         return {"kind": "grader", "message": f"the sandbox ended before its walls were up ({_status(status)})"}, b""
-    if stopped == "timeout":
+    # SIGXCPU at the soft CPU limit; SIGKILL at the hard one, for code that ignores SIGXCPU.
+    if used_up and (stopped == "wall" or finished and _status(status).get("signal") in ("SIGXCPU", "SIGKILL")):
         return {"kind": "timeout"}, b""
+    if stopped == "wall":
+        return {"kind": "wall"}, b""
     if not _complete(data):
         return {"kind": "crashed", "left_running": not finished, **_status(status)}, b""
     return {"kind": "report"}, data[9:9 + int.from_bytes(data[1:9], "big")]

@@ -149,8 +149,9 @@ class Pool:
     def _check(self, worker: _Worker, done) -> "_Worker | None":
         if not worker.process.is_alive():
             return self._replace(worker, done, "评分进程意外退出了，没有交回结果")
-        if time.monotonic() - worker.since > self.cap_s + limits.WORKER_STUCK_AFTER_S:
-            return self._replace(worker, done, f"评分进程超过 {self.cap_s + limits.WORKER_STUCK_AFTER_S:g} 秒没有回应，被停止了")
+        silent_s = limits.notebook_wall_s(self.cap_s) + limits.WORKER_STUCK_AFTER_S
+        if time.monotonic() - worker.since > silent_s:
+            return self._replace(worker, done, f"评分进程超过 {silent_s:g} 秒没有回应，被停止了")
         return None
 
     def _replace(self, worker: _Worker, done, why: str) -> _Worker:
