@@ -6,6 +6,7 @@ from autograder.engine.student_code import Cell
 from tests.natural_mistakes import reach, source, verify
 from tests.natural_mistakes.judged import JUDGED, NAMES
 from tests.natural_mistakes.reading import names, reading
+from tests.presentations import graded_cells, one_of_them, present, source_blocks
 
 
 def writers_correct_code_passes_and_every_entry_is_a_mistake(module, sandbox) -> None:
@@ -16,12 +17,20 @@ def writers_correct_code_passes_and_every_entry_is_a_mistake(module, sandbox) ->
     assert verify.verify(module) == 0
 
 
+def presented(module, entry) -> list[Cell]:
+    """The cells of the entry's notebook, one definition per cell, in the presentation its id picks
+    (``tests.presentations.one_of_them``): over all the entries, every presentation is graded."""
+    definitions = {name: entry.code.get(name, text) for name, text in module.CORRECT.items()}
+    return graded_cells(present(one_of_them(entry.id), source_blocks(module.HEADER, definitions)))
+
+
 def reads_as_judged(module, entry, sandbox) -> None:
-    """The entry is caught, its names are those judged, and a message judged named or clue still is. Only the
-    exercises the entry can change are graded (``reach.affected``): the others run the correct code."""
+    """The entry is caught, its names are those judged, and a message judged named or clue still is, in the
+    presentation its id picks. Only the exercises the entry can change are graded (``reach.affected``): the others
+    run the correct code."""
     graded = reach.affected(module, entry)
     assert set(entry.exercises) <= set(graded), f"{entry.id} lists exercises it cannot change: {entry.exercises}"
-    cells, given = [Cell("代码单元 #1", source(module, entry))], {}
+    cells, given = presented(module, entry), {}
     verdicts = [judge(e, cells, sandbox, verdicts=given) for e in ASSIGNMENTS[module.ASSIGNMENT] if e.name in graded]
     row = {"exercises": list(entry.exercises),
            "verdicts": [{"exercise": v.exercise, "passed": v.passed, "summary": v.summary, "details": v.details,
