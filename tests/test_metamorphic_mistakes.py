@@ -5,8 +5,9 @@ import pytest
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.grading import judge
 from tests import natural_mistakes
+from tests.natural_mistakes import checks
 from tests.natural_mistakes.judged import NAMES
-from tests.presentations import PRESENTATIONS, graded_cells, present, source_blocks
+from tests.presentations import PRESENTATIONS
 
 pytestmark = pytest.mark.metamorphic
 
@@ -38,8 +39,7 @@ def _verdicts(module, entry, presentation: str, sandbox) -> tuple:
     another op (einsum's for matmul's) says so in its own words."""
     key = (entry.id, presentation)
     if key not in _GRADED:
-        definitions = {name: entry.code.get(name, text) for name, text in module.CORRECT.items()}
-        cells, given = graded_cells(present(presentation, source_blocks(module.HEADER, definitions))), {}
+        cells, given = checks.presented(module, entry, presentation), {}
         _GRADED[key] = tuple((v.exercise, v.points, v.mistake) for v in (
             judge(e, cells, sandbox, verdicts=given) for e in ASSIGNMENTS[module.ASSIGNMENT] if e.name in _named(entry)))
     return _GRADED[key]

@@ -26,15 +26,18 @@ from .entry import KINDS, Entry, patch
 ASSIGNMENTS = (a01, a02, a03, a04, a05, a06, a07, a08)
 
 
-def source(module, entry: Entry | None = None) -> str:
-    """HEADER + every CORRECT definition (with ``entry``'s replacements), joined in the order of CORRECT."""
+def definitions(module, entry: Entry | None = None) -> dict[str, str]:
+    """Every CORRECT definition by name, in order, with ``entry``'s replacements."""
     replacements = {} if entry is None else dict(entry.code)
     unknown = set(replacements) - set(module.CORRECT)
     if unknown:
         raise KeyError(f"{entry.id}: replaces definitions not in CORRECT: {sorted(unknown)}")
-    parts = [module.HEADER.rstrip("\n")]
-    for name, text in module.CORRECT.items():
-        parts.append(replacements.get(name, text).strip("\n"))
+    return {name: replacements.get(name, text) for name, text in module.CORRECT.items()}
+
+
+def source(module, entry: Entry | None = None) -> str:
+    """HEADER + every CORRECT definition (with ``entry``'s replacements), joined in the order of CORRECT."""
+    parts = [module.HEADER.rstrip("\n"), *(text.strip("\n") for text in definitions(module, entry).values())]
     return "\n\n\n".join(parts) + "\n"
 
 
@@ -43,4 +46,4 @@ def all_entries():
     return [(module, entry) for module in ASSIGNMENTS for entry in module.ENTRIES]
 
 
-__all__ = ["ASSIGNMENTS", "Entry", "KINDS", "all_entries", "patch", "source"]
+__all__ = ["ASSIGNMENTS", "Entry", "KINDS", "all_entries", "definitions", "patch", "source"]

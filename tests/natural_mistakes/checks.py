@@ -3,7 +3,7 @@ sit in a file of their own so that the full run spreads them over another core).
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.grading import grade_cells, judge
 from autograder.engine.student_code import Cell
-from tests.natural_mistakes import reach, source, verify
+from tests.natural_mistakes import definitions, reach, source, verify
 from tests.natural_mistakes.judged import JUDGED, NAMES
 from tests.natural_mistakes.reading import names, reading
 from tests.presentations import graded_cells, one_of_them, present, source_blocks
@@ -17,11 +17,11 @@ def writers_correct_code_passes_and_every_entry_is_a_mistake(module, sandbox) ->
     assert verify.verify(module) == 0
 
 
-def presented(module, entry) -> list[Cell]:
-    """The cells of the entry's notebook, one definition per cell, in the presentation its id picks
-    (``tests.presentations.one_of_them``): over all the entries, every presentation is graded."""
-    definitions = {name: entry.code.get(name, text) for name, text in module.CORRECT.items()}
-    return graded_cells(present(one_of_them(entry.id), source_blocks(module.HEADER, definitions)))
+def presented(module, entry, presentation: str | None = None) -> list[Cell]:
+    """The cells of the entry's notebook, one definition per cell, in ``presentation``; by default the one its id
+    picks (``tests.presentations.one_of_them``), so that over all the entries every presentation is graded."""
+    blocks = source_blocks(module.HEADER, definitions(module, entry))
+    return graded_cells(present(presentation or one_of_them(entry.id), blocks))
 
 
 def reads_as_judged(module, entry, sandbox) -> None:

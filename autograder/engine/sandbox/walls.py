@@ -294,7 +294,7 @@ class Walls:
 
     # --- in the child, before any student code ---------------------------------------------------------
 
-    def enter_child(self, result_fd: int, timeout_s: float) -> None:
+    def enter_child(self, result_fd: int, cpu_s: float) -> None:
         """Put every wall up in this freshly forked child; raises GraderProblem when one cannot go up."""
         keep = {result_fd} | ({self._ruleset.fd} if self._ruleset else set())
         null = os.open(os.devnull, os.O_RDWR)
@@ -308,7 +308,7 @@ class Walls:
         tempfile.tempdir = self.workdir
         sys.dont_write_bytecode = True
         if "rlimits" in self.up:
-            _limit_resources(timeout_s)
+            _limit_resources(cpu_s)
         if sys.platform.startswith("linux"):
             from autograder.engine.sandbox import privileges
 
@@ -418,7 +418,7 @@ def _close_all_except(keep: set[int]) -> None:
         start = fd + 1
 
 
-def _limit_resources(timeout_s: float) -> None:
+def _limit_resources(cpu_s: float) -> None:
     now = _vm_size()
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     memory = now + limits.EXTRA_MEMORY_BYTES
@@ -429,7 +429,7 @@ def _limit_resources(timeout_s: float) -> None:
                 f"`ulimit -v`); the grader needs {(now + limits.MIN_EXTRA_MEMORY_BYTES) / 2**30:.1f} GiB to run "
                 "student code next to torch. Raise the limit (`ulimit -v unlimited`) and grade again.")
         memory = hard
-    cpu = math.ceil(timeout_s) + 1
+    cpu = math.ceil(cpu_s) + 1
     for which, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, cpu),
                          (resource.RLIMIT_FSIZE, limits.FILE_BYTES), (resource.RLIMIT_NOFILE, limits.OPEN_FILES),
                          (resource.RLIMIT_CORE, 0)):

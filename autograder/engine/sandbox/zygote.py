@@ -76,14 +76,19 @@ def _status(status: int) -> dict:
     return {"exit": os.WEXITSTATUS(status)}
 
 
+def _wait(pid: int, options: int = 0) -> tuple[int, int, float]:
+    """``wait4``: (pid, or 0 while it runs with WNOHANG; status; the CPU seconds it used)."""
+    finished, status, usage = os.wait4(pid, options)
+    return finished, status, usage.ru_utime + usage.ru_stime
+
+
 def _wait_briefly(pid: int, seconds: float) -> tuple[int, int, float]:
-    """``wait4`` that gives a process which closed its output a moment to finish exiting: (pid or 0, status,
-    the CPU seconds it used)."""
+    """``_wait`` that gives a process which closed its output a moment to finish exiting."""
     deadline = time.monotonic() + seconds
     while True:
-        finished, status, usage = os.wait4(pid, os.WNOHANG)
+        finished, status, cpu = _wait(pid, os.WNOHANG)
         if finished or time.monotonic() >= deadline:
-            return finished, status, usage.ru_utime + usage.ru_stime
+            return finished, status, cpu
         time.sleep(0.002)
 
 
@@ -112,8 +117,7 @@ def run_job(walls: Walls, harness, job: dict) -> tuple[dict, bytes]:
     finished, status, cpu = _wait_briefly(pid, 0.0 if stopped else 0.5)
     if not finished:  # out of time, or still running after closing its output
         os.kill(pid, signal.SIGKILL)
-        _, status, usage = os.wait4(pid, 0)
-        cpu = usage.ru_utime + usage.ru_stime
+        _, status, cpu = _wait(pid)
     walls.clean_up_after_run(pid)
     answer, data = _answer(data, stopped, finished, status, cpu >= job["cpu"])
     return {**answer, "cpu_s": round(cpu, 3)}, data
