@@ -1,8 +1,12 @@
 """The course's commands as a user types them, for the few tests whose subject is the command itself (its
 exit code, its table, its files). Tests of verdicts grade in this process instead (``sandbox`` fixture)."""
 import hashlib
+import os
+import site
 import subprocess
 import sys
+import venv
+from pathlib import Path
 
 from course.layout import ROOT as REPO
 
@@ -28,3 +32,18 @@ def pytest_autograder(*args, **kwargs) -> subprocess.CompletedProcess:
 
 def digest(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def venv_seeing_this_python(folder: Path) -> Path:
+    """A virtual environment made at ``folder`` (its Python returned) that sees the packages of the Python running
+    the tests, as a grading venv sees what was installed in it. Not ``system_site_packages``: that is the *base*
+    interpreter's, which lacks torch where the tests run from a venv (the README's set-up). A ``.pth`` file adds
+    this environment's site folders with ``site.addsitedir``, so their own ``.pth`` files (editable installs) count."""
+    venv.create(folder, symlinks=True)
+    python = Path(folder) / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    ours = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    lines = [f"import site; site.addsitedir({path!r})\n" for path in ours if os.path.isdir(path)]
+    Path(purelib, "running-python.pth").write_text("".join(lines), encoding="utf-8")
+    return python

@@ -9,7 +9,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import venv
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -24,6 +23,7 @@ from packaging.version import Version
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.instructor.classroom import gradescope_bundle, gradescope_run
 from course.layout import ROOT as REPO
+from tests.commands import venv_seeing_this_python
 from tests.notebooks import filled, source_solutions
 
 A = "01_attention_basics"
@@ -69,7 +69,7 @@ def bundle(tmp_path_factory):
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                            "--target", str(site), str(root / "source")], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    venv.create(root / "venv", system_site_packages=True, symlinks=True)
+    venv_seeing_this_python(root / "venv")
     yield root, site
     shutil.rmtree(site)
 
