@@ -9,7 +9,8 @@ need not agree to the tolerance: there the student's output must lie within a fe
 mistake's, or far closer to it than to the reference's.
 
 Cost: every mistake is tried on the first wrong case; only those that reproduce it are tried on the others; and
-what a mistake gives on a case is worked out once per process (``known_outputs``), for every notebook of a class.
+what a mistake gives on a case is worked out once per process (``known_outputs``), for every notebook of a class,
+and once per grader version for the assignments that run real models (``output_store``).
 """
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import torch
 
 from autograder.engine.compare import compare
 from autograder.engine.known_outputs import known
+from autograder.engine.output_store import RAISED
 from autograder.engine.protocols import Case
 
 if TYPE_CHECKING:  # exercise.py imports this module
@@ -27,7 +29,6 @@ if TYPE_CHECKING:  # exercise.py imports this module
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 CLOSER = 0.25  # in low precision, the student's distance to the mistake, at most this share of that to the reference
 NEAR = 4  # ... or at most this many tolerances
-_RAISED = object()
 
 
 def _agree(exercise: "Exercise", case: Case, got, wrong) -> bool:
@@ -40,8 +41,9 @@ def _output(exercise: "Exercise", mistake: "Mistake", case: Case, native: bool):
         try:
             return exercise.graded(exercise.call(mistake.fn, case if native else case.in_float64()))
         except Exception:  # noqa: BLE001 - a mistake may not even run on this case's shapes
-            return _RAISED
-    return known((exercise.name, exercise.call, mistake.fn, native), case, run)
+            return RAISED
+    return known((exercise.name, exercise.call, mistake.fn, native), case, run,
+                 stored=(exercise, f"mistake {mistake.name}" + (" in the case's dtype" if native else "")))
 
 
 def reproduces(exercise: "Exercise", mistake: "Mistake", case: Case, got) -> bool | None:
@@ -52,7 +54,7 @@ def reproduces(exercise: "Exercise", mistake: "Mistake", case: Case, got) -> boo
     if mistake.matches is not None:
         return bool(mistake.matches(case, got))
     wrong = _output(exercise, mistake, case, mistake.native_dtype)
-    return None if wrong is _RAISED else _agree(exercise, case, got, wrong)
+    return None if wrong is RAISED else _agree(exercise, case, got, wrong)
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ def diagnose(exercise: "Exercise", cases: Sequence[Case], outputs: Sequence, exp
                    for i in range(len(outputs)) if i != first_wrong):
             continue
         if raised_on is not None and mistake.fn is not None and \
-                _output(exercise, mistake, raised_on, mistake.native_dtype) is not _RAISED:
+                _output(exercise, mistake, raised_on, mistake.native_dtype) is not RAISED:
             fits = fits or mistake
             continue
         return Diagnosis(named=mistake)
@@ -96,10 +98,10 @@ def _consistent(exercise: "Exercise", mistake: "Mistake", case: Case, got, expec
     if mistake.error is not None or (mistake.tried_on is not None and not mistake.tried_on(case)):
         return True  # an error pattern, or a mistake that does not define this case
     wrong = _output(exercise, mistake, case, mistake.native_dtype)
-    if wrong is _RAISED or _agree(exercise, case, got, wrong):
+    if wrong is RAISED or _agree(exercise, case, got, wrong):
         return True
     native = wrong if mistake.native_dtype else _output(exercise, mistake, case, True)
-    if native is _RAISED:
+    if native is RAISED:
         return True
     if not mistake.native_dtype and not _agree(exercise, case, native, wrong):
         return True  # the mistake's own result depends on rounding here: this case cannot tell

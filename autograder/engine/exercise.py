@@ -145,7 +145,7 @@ def reference_result(exercise: Exercise, case: Case):
     """What ``exercise.call`` gives for the reference on ``case`` in float64, once per process for cases of the
     same contents (``known_outputs``): a check's ``Mistake.matches`` that compares with it costs nothing more."""
     return known((exercise.name, exercise.call, exercise.reference), case,
-                 lambda: exercise.call(exercise.reference, case.in_float64()))
+                 lambda: exercise.call(exercise.reference, case.in_float64()), stored=(exercise, "reference"))
 
 
 class References:

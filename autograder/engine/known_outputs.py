@@ -5,7 +5,8 @@ files), so the reference's results and the mistakes that diagnosis tries are the
 mistake run through a real model costs a second. They are kept here under a digest of the case's contents
 (its label, every tensor's dtype, shape and bytes, the rest as written), at most ``LIMIT_BYTES`` of tensors,
 the least recently used dropped first. A case holding a tensor inside some other object is never kept: its
-digest could not see that tensor's values.
+digest could not see that tensor's values. For the assignments that run real models they are kept on disk too
+(``output_store``), for the next process.
 """
 import hashlib
 import threading
@@ -13,6 +14,7 @@ from collections import OrderedDict
 
 import torch
 
+from autograder.engine import output_store
 from autograder.engine.protocols import Case, map_tensors
 
 LIMIT_BYTES = 256 * 2**20
@@ -51,9 +53,10 @@ def digest(case: Case) -> bytes | None:
     return found
 
 
-def known(what, case: Case, compute):
+def known(what, case: Case, compute, stored: "tuple | None" = None):
     """``compute()``, or what it gave before on a case with the same contents; ``what`` names the function
-    and how it is called (e.g. ``(mistake, native)``). What ``compute`` raises is not kept."""
+    and how it is called (e.g. ``(mistake, native)``). ``stored``, ``(exercise, name)``, names it on disk as
+    well (``output_store``: name is "reference" or a mistake's). What ``compute`` raises is not kept."""
     global _kept_bytes
     found = digest(case)
     key = None if found is None else (what, found)
@@ -62,7 +65,12 @@ def known(what, case: Case, compute):
             if key in _kept:
                 _kept.move_to_end(key)
                 return _kept[key][0]
-    value = compute()
+    on_disk = output_store.key(*stored, found) if stored is not None and found is not None else None
+    value = output_store.read(on_disk) if on_disk is not None else None
+    if value is None:
+        value = compute()
+        if on_disk is not None:
+            output_store.write(on_disk, value)
     if key is not None:
         size = _tensor_bytes(value)
         with _lock:

@@ -355,18 +355,30 @@ def _hide(folders: list[str]) -> None:
     namespaces.hide(folders)
 
 
+def _output_store() -> list[Path]:
+    """The folder of the references' and mistakes' outputs kept on disk (``output_store``), made if need be so
+    that a wall covers it before any job writes there; none when it cannot be made (then nothing is kept)."""
+    from autograder.engine import output_store
+
+    try:
+        return [output_store.folder().resolve()]
+    except OSError:
+        return []
+
+
 def _answer_folders() -> list[Path]:
-    """The folders that hold answers: the grading packages, and the instructor's notebooks of a checkout."""
+    """The folders that hold answers: the grading packages, the outputs kept on disk, and the instructor's
+    notebooks of a checkout."""
     grading = _grading_packages()
     source = grading[0].parent / "source" if grading else None
-    return grading + ([source] if source and source.is_dir() else [])
+    return grading + _output_store() + ([source] if source and source.is_dir() else [])
 
 
 def _answer_files() -> list[Path]:
-    """One regular file of each answer folder, for the probe to try."""
+    """One regular file of each answer folder, for the probe to try: a module where it holds some."""
     found = []
     for folder in _answer_folders():
-        files = sorted(p for p in folder.rglob("*.py") if p.is_file())
+        files = sorted(p for p in folder.rglob("*.py") if p.is_file()) or sorted(p for p in folder.iterdir() if p.is_file())
         found += files[:1]
     return found
 
@@ -468,12 +480,14 @@ def readable_paths() -> list[tuple[str, str]]:
     """What a run may read, as (path, "read") for whole trees and (path, "list") for folders whose
     entries are granted one by one: Python's library folders, without the grading packages; the
     ``course`` package; the converted SmolLM2 weights, when they are there, and the cache's Qwen3.5 weights;
-    the system's shared libraries. Nothing granted is, or holds, the course repository or a grading package."""
+    the system's shared libraries. Nothing granted is, or holds, the course repository, a grading package or the
+    outputs kept on disk."""
     import course
     from course import qwen35_weights, smollm2
 
-    grading = _grading_packages()
-    checkout = grading[0].parent if grading and (grading[0].parent / "pyproject.toml").is_file() else None
+    packages = _grading_packages()
+    checkout = packages[0].parent if packages and (packages[0].parent / "pyproject.toml").is_file() else None
+    grading = packages + _output_store()  # never granted, nor any folder that holds one
     inside_checkout_ok = [Path(p).resolve() for p in (sys.prefix, *course.__path__)]
 
     def allowed(path: Path) -> bool:
