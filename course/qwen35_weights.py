@@ -36,7 +36,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load as load_safetensors
 
-from course import qwen35_stand_in
+from course import layout, qwen35_stand_in
 from course.cache import CACHE_ENV, cache_dir
 from course.qwen35 import FULL_ATTENTION, LINEAR_ATTENTION, TextConfig, read_config
 from course.stored_tensors import StoredTensors
@@ -47,7 +47,7 @@ ENV_VAR = "QWEN35_PATH"
 # installed course carries it inside the package instead (see pyproject.toml), which is looked at first.
 _PACKAGED_FIXTURE = Path(__file__).resolve().parent / "qwen35_layer3"
 FIXTURE_DIR = (_PACKAGED_FIXTURE if (_PACKAGED_FIXTURE / "config.json").is_file()
-               else Path(__file__).resolve().parent.parent / "data" / "qwen35_layer3")
+               else layout.ROOT / layout.DATA / "qwen35_layer3")
 LANGUAGE_MODEL = "model.language_model."
 EMBEDDING_KEY = LANGUAGE_MODEL + "embed_tokens.weight"
 # The stand-in and a partial copy cannot hold the 248,320 × 1024 embedding table; they keep a few rows under

@@ -13,7 +13,6 @@ from filelock import FileLock
 
 from autograder.engine.assignments import SMOLLM2, needed_weights
 from autograder.engine.sandbox.client import Sandbox, shared
-from autograder.instructor.release import generate
 from course.layout import ROOT as REPO
 
 
@@ -94,6 +93,8 @@ def generated_course(tmp_path_factory, worker_id):
     workers of a parallel run share it), as `course-release` does in the checkout. Read it, or copy it before
     writing."""
     # A parallel run's workers each have a base folder inside the run's own: the one they share is above.
+    from autograder.instructor.release import generate  # nbgrader and jupytext: for the tests that use them
+
     base = tmp_path_factory.getbasetemp()
     root = (base if worker_id == "master" else base.parent) / "generated-course"
     done = root.with_name("generated-course.done")

@@ -1,11 +1,13 @@
 """Notebooks for the tests: the released ones, and copies filled in as a student would."""
 import copy
 from pathlib import Path
-
-import nbformat
+from typing import TYPE_CHECKING
 
 from autograder.instructor.release import solution_code
 from course.layout import ROOT as REPO
+
+if TYPE_CHECKING:  # imported where used: with jsonschema, seconds that a test of the grader alone should not pay
+    import nbformat
 
 ASSIGNMENT = "01_attention_basics"
 # Each solved source notebook is executed once in a full run: these in JupyterLab itself (tests/test_browser.py),
@@ -17,7 +19,9 @@ def released_path(assignment: str = ASSIGNMENT) -> Path:
     return REPO / "release" / assignment / f"{assignment}.ipynb"
 
 
-def released(assignment: str = ASSIGNMENT) -> nbformat.NotebookNode:
+def released(assignment: str = ASSIGNMENT) -> "nbformat.NotebookNode":
+    import nbformat
+
     return nbformat.read(released_path(assignment), as_version=4)
 
 
@@ -26,7 +30,7 @@ def source_solutions(assignment: str = ASSIGNMENT) -> dict[str, str]:
     return solution_code(assignment)
 
 
-def filled(answers: dict[str, str], assignment: str = ASSIGNMENT) -> nbformat.NotebookNode:
+def filled(answers: dict[str, str], assignment: str = ASSIGNMENT) -> "nbformat.NotebookNode":
     """The released notebook with the solution cells of ``answers`` replaced by their code."""
     nb = copy.deepcopy(released(assignment))
     for cell in nb.cells:
@@ -37,9 +41,11 @@ def filled(answers: dict[str, str], assignment: str = ASSIGNMENT) -> nbformat.No
     return nb
 
 
-def write_submission(folder: Path, nb: nbformat.NotebookNode, assignment: str = ASSIGNMENT) -> Path:
+def write_submission(folder: Path, nb: "nbformat.NotebookNode", assignment: str = ASSIGNMENT) -> Path:
     """Lay ``nb`` out like release/: ``folder/<assignment>/<assignment>.ipynb``."""
     path = folder / assignment / f"{assignment}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
+    import nbformat
+
     nbformat.write(nb, path)
     return path

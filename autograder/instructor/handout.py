@@ -94,7 +94,7 @@ def build(out: Path, assignments: list[str], repo: Path = REPO) -> None:
     import torch
 
     _copy_tree(repo / "course", out / "course")
-    _copy_tree(repo / "data", out / "data")
+    _copy_tree(repo / layout.DATA, out / layout.DATA)
     for assignment in assignments:
         _copy_tree(repo / layout.RELEASE / assignment, out / layout.RELEASE / assignment)
     shutil.copy(PYPROJECT, out / "pyproject.toml")

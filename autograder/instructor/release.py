@@ -30,14 +30,14 @@ import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-
-import jupytext
-import nbformat
-from nbgrader.api import Gradebook
+from typing import TYPE_CHECKING
 
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from course import layout
 from course.layout import ROOT as REPO
+
+if TYPE_CHECKING:
+    import nbformat
 
 SCHEMA_VERSION = 3
 GRADEBOOK = "gradebook.db"  # nbgrader's default database, in the course directory
@@ -68,6 +68,8 @@ def solution_code(assignment: str) -> dict[str, str]:
 def _solutions_in(path: Path, mtime_ns: int) -> tuple[tuple[str, str], ...]:
     """``solution_code`` of the file as it was at ``mtime_ns``, read once: the provided cells of the later
     assignments take 55 earlier answers, and a read each made building the sources 2.5 s instead of 0.6 s."""
+    import jupytext  # with nbformat, 3 s of imports that a test of the grader alone should not pay
+
     solutions = {}
     for cell in jupytext.read(path).cells:
         for tag in cell.metadata.get("tags", []):
@@ -115,8 +117,10 @@ def _answer_metadata(cell, question: str, where: str) -> dict:
             "schema_version": SCHEMA_VERSION, "solution": True, "task": False}
 
 
-def build_source_notebook(py_file: Path, assignment: str) -> nbformat.NotebookNode:
+def build_source_notebook(py_file: Path, assignment: str) -> "nbformat.NotebookNode":
     """The nbgrader source notebook of ``py_file``: nbgrader metadata from the tags, stable cell ids."""
+    import jupytext
+
     nb = jupytext.read(py_file)
     nb.metadata.pop("jupytext", None)
     seen = {"solution": [], "tests": []}
@@ -152,14 +156,23 @@ def build_sources(root: Path) -> None:
             raise ReleaseError(f"{py_file} is missing: each assignment's notebook is source/<assignment>/<assignment>.py")
         target = root / layout.SOURCE / assignment / py_file.with_suffix(".ipynb").name
         target.parent.mkdir(parents=True, exist_ok=True)
+        import nbformat
+
         nbformat.write(build_source_notebook(py_file, assignment), target)
+
+
+def _gradebook(root: Path):
+    """``root``'s nbgrader gradebook, opened (nbgrader is imported only here: it costs a second)."""
+    from nbgrader.api import Gradebook
+
+    return Gradebook(f"sqlite:///{root / GRADEBOOK}")
 
 
 def gradebook_assignments(root: Path) -> list[str]:
     """The assignments ``root``'s gradebook records (none when it has no gradebook yet)."""
     if not (root / GRADEBOOK).is_file():  # opening a Gradebook would create the file
         return []
-    with Gradebook(f"sqlite:///{root / GRADEBOOK}") as gradebook:
+    with _gradebook(root) as gradebook:
         return sorted(a.name for a in gradebook.assignments)
 
 
@@ -181,7 +194,7 @@ def generate(root: Path, released: Iterable[str] = tuple(ASSIGNMENTS)) -> list[s
     if done.returncode != 0:
         raise ReleaseError(f"nbgrader generate_assignment failed:\n{done.stdout}{done.stderr}")
     if recorded:
-        with Gradebook(f"sqlite:///{root / GRADEBOOK}") as gradebook:
+        with _gradebook(root) as gradebook:
             for assignment in set(ASSIGNMENTS) - recorded:  # recorded by this run alone: it has no submissions
                 gradebook.remove_assignment(assignment)
     return gradebook_assignments(root)

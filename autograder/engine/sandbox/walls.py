@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.engine import limits
+from course import layout
 
 try:
     import resource
@@ -370,7 +371,7 @@ def _answer_folders() -> list[Path]:
     """The folders that hold answers: the grading packages, the outputs kept on disk, and the instructor's
     notebooks of a checkout."""
     grading = _grading_packages()
-    source = grading[0].parent / "source" if grading else None
+    source = grading[0].parent / layout.SOURCE if grading else None
     return grading + _output_store() + ([source] if source and source.is_dir() else [])
 
 

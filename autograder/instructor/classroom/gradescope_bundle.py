@@ -43,9 +43,10 @@ from packaging.version import Version
 
 from autograder.engine.assignments import ASSIGNMENTS, needed_weights
 from autograder.instructor.classroom.gradescope_run import WHEN_SHOWN
+from course import layout
 from course.layout import ROOT as REPO
 
-PACKAGES = ("course", "solutions", "autograder", "data")
+PACKAGES = ("course", "solutions", "autograder", layout.DATA)
 INSTALL = "deploy/install-course.sh"  # the same path in a checkout, a bundle and an image context
 DOCKERFILE = "deploy/Dockerfile"
 FILES = ("pyproject.toml", "README.md", INSTALL)
