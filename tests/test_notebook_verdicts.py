@@ -28,3 +28,13 @@ def test_a_notebook_with_a_mistake_loses_that_exercise_only(assignment, mistake,
     assert named in lost[0].message and not lost[0].grader_problem
     total = sum(e.points for e in ASSIGNMENTS[assignment])
     assert sum(v.points for v in verdicts) == total - EXERCISES[name].points
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_solved_notebook_gets_full_marks(assignment, tmp_path, sandbox):
+    """The source notebook's own solutions, released and filled in, earn every point of the assignment (the
+    command's cold run, tests/test_autograder_cli.py, grades two of them)."""
+    notebook = write_submission(tmp_path, filled(source_solutions(assignment), assignment), assignment)
+    verdicts = grade_notebook(notebook, sandbox=sandbox)
+    assert [v.exercise for v in verdicts] == [e.name for e in ASSIGNMENTS[assignment]]
+    assert all(v.passed for v in verdicts), [v.message for v in verdicts if not v.passed]
