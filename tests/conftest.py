@@ -106,3 +106,14 @@ def generated_course(tmp_path_factory, worker_id):
             generate(root)
             done.touch()
     return root
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (``--dist loadgroup``, what .ci/run runs)
+def pytest_collection_modifyitems(config, items):
+    """The tests of a file that share a fixture of the file (a module-scoped run of a command, a class) are one
+    group, run by one worker, so the fixture is made once; every other test goes to whichever worker is free."""
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        scopes = {d.scope for defs in (fixtures.name2fixturedefs.values() if fixtures else ()) for d in defs}
+        if scopes & {"module", "class", "package"}:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))

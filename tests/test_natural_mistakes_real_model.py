@@ -1,6 +1,5 @@
 """The natural mistakes of assignment 07, graded through the real SmolLM2 model as ``tests/test_natural_mistakes.py``
-grades the others: a file of their own, so that the full run (``pytest -n auto --dist loadfile``) gives them a
-core of their own."""
+grades the others."""
 import pytest
 
 from tests.natural_mistakes import a07, checks
