@@ -147,4 +147,5 @@ def test_student_code_cannot_read_the_outputs_kept_on_disk(sandbox_without, wall
     assert any(folder.iterdir())
     verdict = grade(SCORES, cells_with(READ_THE_STORE.format(folder=str(folder))), sandbox=box, timeout_s=10)
     assert not verdict.passed and not verdict.grader_problem, verdict.message
-    assert "PermissionError" in verdict.message or "LookupError" in verdict.message, verdict.message
+    # Unreadable, empty, or not there at all (in a folder the sandbox user may not enter, which runs see emptied).
+    assert any(e in verdict.message for e in ("PermissionError", "LookupError", "FileNotFoundError")), verdict.message

@@ -7,17 +7,23 @@ closed: no points, and a message for the instructor.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.exercise import grade
+from autograder.engine.grading import grade_notebook
+from autograder.engine.sandbox import walls
 from autograder.engine.sandbox.client import Sandbox
 from autograder.engine.sandbox.walls import PURPOSE
+from autograder.instructor import doctor
 from course.layout import ROOT as REPO
-from tests.notebooks import filled, source_solutions
+from tests.notebooks import filled, source_solutions, write_submission
 from tests.test_gradescope_bundle import A, bundle, gradescope_problems  # noqa: F401 - bundle is a fixture
 from tests.test_hostile_submissions import SCORES, cells_with
 
@@ -65,6 +71,72 @@ def test_an_honest_notebook_gets_full_marks_without_landlock(sandbox_off):
     verdicts = [grade(e, cells_with(honest[e.name]), sandbox=sandbox, timeout_s=20)
                 for e in ASSIGNMENTS["01_attention_basics"][:1]]
     assert all(v.passed for v in verdicts), [v.message for v in verdicts]
+
+
+def test_what_torch_imports_on_first_use_is_read_without_landlock(sandbox_off, tmp_path):
+    """Building an ``nn.Module`` imports ``torch.utils._device`` on first use: the sandbox user must read the
+    Python, wherever root installed it (this machine's may lie in root's home, which nobody may enter)."""
+    sandbox = sandbox_off("landlock")
+    assignment = "02_multi_head"
+    notebook = write_submission(tmp_path, filled(source_solutions(assignment), assignment), assignment)
+    verdicts = grade_notebook(notebook, sandbox=sandbox)
+    assert all(v.passed for v in verdicts), [v.message for v in verdicts]
+
+
+@pytest.fixture
+def shut_out(monkeypatch):
+    """A folder the sandbox user may not enter (0700, root's: as a course cloned into ``mkdir -m 700``), holding
+    a module the fork server's Python finds (on PYTHONPATH) and a file beside it: (the folder, the module)."""
+    closed = Path(tempfile.mkdtemp(prefix="shut-out-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    module = closed / "lib" / "shut_out_helper.py"
+    module.parent.mkdir()
+    module.write_text("def scores(q, k):\n    return q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n")
+    (closed / "notes.txt").write_text("not for student code")
+    for inside, mode in ((module.parent, 0o755), (module, 0o644), (closed / "notes.txt", 0o644)):
+        os.chmod(inside, mode)  # readable by all, whatever the umask: only the folder above shuts the user out
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(closed / "lib"), os.environ.get("PYTHONPATH")])))
+    assert os.stat(closed).st_mode & 0o777 == 0o700
+    # As it is, the user student code runs as cannot read what lies in there.
+    assert "PermissionError" in walls._try_in_child(lambda _: (walls._become(walls._NOBODY), open(module)))
+    yield closed, module
+    shutil.rmtree(closed)
+
+
+def test_a_folder_the_sandbox_user_may_not_enter_shows_runs_what_they_read_and_nothing_else(sandbox_off, shut_out):
+    """With namespaces, each run sees the folder empty but for the module's folder: student code, unprivileged,
+    imports the module, and the file beside it is not there."""
+    closed, _ = shut_out
+    sandbox = sandbox_off("landlock")
+    assert "user" in sandbox.hello()["up"], sandbox.hello()["missing"]
+    attack = f'''
+import os
+def attention_scores(q, k):
+    assert os.getuid() != 0, "student code runs as root"
+    import shut_out_helper
+    try:
+        open({str(closed / "notes.txt")!r}).read()
+    except FileNotFoundError:
+        return shut_out_helper.scores(q, k)
+    return "read the rest of the folder"
+'''
+    verdict = grade(SCORES, cells_with(attack), sandbox=sandbox, timeout_s=10)
+    assert verdict.passed, verdict.message
+
+
+def test_without_namespaces_the_user_wall_names_the_folder_it_may_not_enter(sandbox_off, shut_out):
+    """Nothing can let the sandbox user into the folder: student code would fail to import what lies there, which
+    the student would be blamed for. So runs stay root, the user wall is missing with the folder and the fix, and
+    (the answers readable by root) grading fails closed; ``course-doctor`` says the same."""
+    closed, module = shut_out
+    sandbox = sandbox_off("landlock", "namespaces")
+    why = sandbox.hello()["missing"].get("user", "")
+    command = why.split("`")[1] if why.count("`") == 2 else ""
+    assert f"{closed}: {module.parent}" in why and command.startswith("chmod o+x ") and str(closed) in command.split()
+    assert "ATTENTION_COURSE_SANDBOX_USER" in why and "runs as root" in why, why
+    verdict = grade(SCORES, cells_with(READ_THE_REFERENCE), sandbox=sandbox, timeout_s=10)
+    assert verdict.grader_problem and "cannot keep the answers out" in verdict.message, verdict.message
+    finding = doctor.check_sandbox()
+    assert f"{PURPOSE['user']} — {why}" in finding.what, finding
 
 
 @pytest.mark.parametrize("walls_off", [("landlock", "namespaces"), ("landlock", "namespaces", "user")],

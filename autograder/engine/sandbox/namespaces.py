@@ -4,11 +4,13 @@ small private tmpfs and ``/run`` and ``/dev/shm`` are empty. Root enters them di
 through a user namespace that maps only their own uid and gid."""
 import ctypes
 import os
+import stat
 import tempfile
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 1, 2, 4, 8, 1 << 14, 1 << 18
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT = 1, 2, 4, 8, 32
+_MS_BIND, _MS_REC, _MS_PRIVATE = 1 << 12, 1 << 14, 1 << 18
 
 # Empty, read-only: where sockets to services outside the sandbox usually live.
 MASKED = ("/run", "/var/run", "/dev/shm")
@@ -58,12 +60,43 @@ def private_mounts(tmp_bytes: int, tmp_inodes: int, mask_tmp: bool = True) -> st
     return target
 
 
-def hide(folders: list[str]) -> None:
-    """In a mount namespace of this process's own: an empty read-only tmpfs over each of ``folders``, so
-    that nothing started from here sees what they hold (the fork server, in its own namespace, still does)."""
+def hide(folders: list[str], covers: dict[str, list[str]] | None = None) -> None:
+    """In a mount namespace of this process's own: each folder of ``covers`` emptied but for the paths listed with
+    it (``cover``), then an empty read-only tmpfs over each of ``folders``, so that nothing started from here sees
+    what they hold (the fork server, in its own namespace, still does)."""
     _check(_libc.unshare(CLONE_NEWNS), "unshare")
+    for folder, shown in (covers or {}).items():
+        cover(folder, shown)
     for folder in folders:
         _mount("tmpfs", folder, "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "size=4k,mode=0755")
+
+
+def cover(folder: str, shown: list[str]) -> None:
+    """An empty read-only tmpfs over ``folder`` with only ``shown`` (paths inside it) bound back in place: a user
+    who may not enter ``folder`` reaches those, and nothing else of it. Each is opened before the tmpfs hides it."""
+    handles = [os.open(path, os.O_PATH | os.O_CLOEXEC) for path in shown]
+    try:
+        _mount("tmpfs", folder, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=64k,mode=0755")
+        for path, handle in zip(shown, handles):
+            _mount_point(folder, path, stat.S_ISDIR(os.fstat(handle).st_mode))
+            _mount(f"/proc/self/fd/{handle}", path, None, _MS_BIND | _MS_REC)
+        _mount("none", folder, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+    finally:
+        for handle in handles:
+            os.close(handle)
+
+
+def _mount_point(folder: str, path: str, is_dir: bool) -> None:
+    """``path`` made in the fresh tmpfs on ``folder``, its folders open to everyone whatever the umask."""
+    current = folder
+    parts = os.path.relpath(path, folder).split(os.sep)
+    for part in parts[:-1] if not is_dir else parts:
+        current = os.path.join(current, part)
+        if not os.path.isdir(current):
+            os.mkdir(current)
+            os.chmod(current, 0o755)
+    if not is_dir:
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
 
 
 def unmount(target: str) -> None:

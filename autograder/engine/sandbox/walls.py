@@ -11,7 +11,9 @@ take the network away; seccomp forbids new processes and memory files; rlimits c
 file sizes and open files. Root is stripped of every capability first, since capabilities would
 otherwise carry it past several of these. Without Landlock, where the grader is root, student code
 runs as an unprivileged user (``user``), so that file permissions keep the answers out; and each run gets a
-mount namespace of its own in which the grading packages are empty (``hidden-answers``). Before serving,
+mount namespace of its own in which the grading packages are empty (``hidden-answers``), and in which a folder
+that user may not enter shows only what runs read inside it (a course cloned into a 0700 folder, a Python in
+root's home). Before serving,
 a probe run behind every wall tries to read the answers: if it can, no wall keeps them out, and every job
 is refused as the grader's problem (``answers``: grading fails closed).
 """
@@ -105,6 +107,7 @@ class Walls:
     user: tuple[int, int] | None = None  # (uid, gid) runs drop to, where the grader is root
     answers_reachable: str = ""  # why no job may run, when a probe run could read the answers
     _hidden: list[str] = field(default_factory=list)
+    _covers: dict[str, list[str]] = field(default_factory=dict)  # a folder the user may not enter -> what runs read in it
     _ruleset: object = None
     _filter: object = None
 
@@ -156,7 +159,7 @@ class Walls:
         self._prepare_landlock(paths)
         self.note("rlimits", resource is not None, "no setrlimit on this platform")
         if linux:
-            self._prepare_user()
+            self._prepare_user(paths)
             self._prepare_hiding()
             self._check_answers()
 
@@ -195,11 +198,12 @@ class Walls:
         ruleset.allow(self.workdir, ruleset.fs)
         self._ruleset = ruleset
 
-    def _prepare_user(self) -> None:
+    def _prepare_user(self, paths: list[tuple[str, str]]) -> None:
         """Where the grader is root and Landlock is missing, find out whether a run can become
-        ``_sandbox_user()``: not inside a user namespace that maps no such uid (then setuid fails). The private
-        folder is given to that user. With Landlock up, runs stay root without capabilities: that user could
-        not read what root's home holds, e.g. the course's cache of real weights."""
+        ``_sandbox_user()``: not inside a user namespace that maps no such uid (then setuid fails), and able to
+        read what runs read (``_let_in``). The private folder is given to that user. With Landlock up, runs stay
+        root without capabilities: that user could not read what root's home holds, e.g. the course's cache of
+        real weights."""
         if os.geteuid() != 0 or "landlock" in self.up:
             return  # unprivileged already, or Landlock keeps the answers out
         if "user" in _disabled():
@@ -207,10 +211,35 @@ class Walls:
             return
         user = _sandbox_user()
         why = _try_in_child(lambda _: _become(user))
-        if self.note("user", not why, f"cannot switch to uid:gid {user[0]}:{user[1]} here ({why})"):
-            self.user = user
+        if why:
+            self.note("user", False, f"cannot switch to uid:gid {user[0]}:{user[1]} here ({why})")
+            return
+        covers, why = self._let_in(user, _run_reads(paths))
+        if self.note("user", not why, why):
+            self.user, self._covers = user, covers
             os.chown(self.workdir, *user)
             _import_lazy_modules()
+
+    def _let_in(self, user: tuple[int, int], reads: list[Path]) -> tuple[dict[str, list[str]], str]:
+        """The covers (``namespaces.cover``, which need the namespaces) that let runs as ``user`` reach ``reads`` and
+        the private folder through the folders it may not enter, and "" once a child has read them so; else why
+        that user cannot. Student code that cannot read its Python or the course fails in ways that would count
+        against it (an import inside torch, ``course.llama``), so then runs stay root, as without this wall, and
+        the reason says what to do. Weights it cannot read are each case's grader problem (``protocols``)."""
+        covers = _covers([*reads, Path(self.workdir).resolve()], user) if "namespaces" in self.up else {}
+        needed = [path for path in reads if path not in _weights_folders()]
+        fix = f"or set {_ENV_USER} to a user who can; until then student code runs as root"
+        if "namespaces" not in self.up and (shut := _covers(needed, user)):
+            where = "; ".join(f"{folder}: {shown[0]}" + (f" and {len(shown) - 1} more" if len(shown) > 1 else "")
+                              for folder, shown in shut.items())
+            folders = dict.fromkeys(str(f) for shown in shut.values() for p in shown for f in _shut_folders(Path(p), user))
+            return {}, (f"uid:gid {user[0]}:{user[1]} may not enter the folders above what runs read ({where}), and "
+                        f"without namespaces nothing can let it in: `chmod o+x {' '.join(folders)}`, {fix}")
+        why = _try_in_child(lambda _: _read_as(user, covers, needed))
+        if why:
+            return {}, (f"uid:gid {user[0]}:{user[1]} cannot read what runs read ({why}): make it readable to "
+                        f"that user (`chmod -R o+rX`), {fix}")
+        return covers, ""
 
     def _prepare_hiding(self) -> None:
         """Without Landlock but with namespaces: each run mounts empty folders over the grading packages and
@@ -220,8 +249,8 @@ class Walls:
         if "hidden-answers" in _disabled():
             self.note("hidden-answers", False, f"turned off by {_ENV_DISABLE}")
             return
-        hidden = [str(folder) for folder in _answer_folders()]
-        why = _try_in_child(lambda _: _hide(hidden))
+        hidden = [str(folder) for folder in _answer_folders() if _in_view(folder, self._covers)]
+        why = _try_in_child(lambda _: _hide(hidden, self._covers))
         if self.note("hidden-answers", not why, f"the kernel refused the mounts ({why})"):
             self._hidden = hidden
 
@@ -313,8 +342,8 @@ class Walls:
         if sys.platform.startswith("linux"):
             from autograder.engine.sandbox import privileges
 
-            if self._hidden:
-                _hide(self._hidden)
+            if self._hidden or self._covers:
+                _hide(self._hidden, self._covers)
             privileges.drop_capabilities(lambda: _become(self.user) if self.user else None)
             privileges.forbid_new_privileges()
         if self._ruleset:
@@ -350,10 +379,65 @@ def _become(user: tuple[int, int]) -> None:
     os.setuid(user[0])
 
 
-def _hide(folders: list[str]) -> None:
+def _hide(folders: list[str], covers: dict[str, list[str]] | None = None) -> None:
     from autograder.engine.sandbox import namespaces
 
-    namespaces.hide(folders)
+    namespaces.hide(folders, covers)
+
+
+def _run_reads(paths: list[tuple[str, str]]) -> list[Path]:
+    """The paths of ``readable_paths`` that lie in no other of them, resolved: the folders and files runs read."""
+    listed = {path for path, _ in paths}
+    return sorted({Path(path).resolve() for path in listed if not any(str(up) in listed for up in Path(path).parents)})
+
+
+def _shut_folders(path: Path, user: tuple[int, int]) -> list[Path]:
+    """The folders above ``path``, outermost first, whose permission bits do not let ``user`` (its uid and gid
+    alone, as ``_become`` leaves it) enter them."""
+    shut = []
+    for folder in reversed(path.parents):
+        with contextlib.suppress(OSError):
+            mode = folder.stat()
+            shift = 6 if mode.st_uid == user[0] else 3 if mode.st_gid == user[1] else 0
+            if not mode.st_mode >> shift & 1:
+                shut.append(folder)
+    return shut
+
+
+def _covers(paths: list[Path], user: tuple[int, int]) -> dict[str, list[str]]:
+    """The outermost folder ``user`` may not enter above each of ``paths`` -> the paths inside it, none inside
+    another (``namespaces.cover`` binds each back, with what it holds). Never ``/``, which holds ``/proc``, where
+    the binds come from: a path that only covering ``/`` would reach stays unreadable, and the check says so."""
+    inside: dict[str, set[Path]] = {}
+    for path in paths:
+        if (shut := _shut_folders(path, user)) and shut[0] != Path("/"):
+            inside.setdefault(str(shut[0]), set()).add(path)
+    return {folder: sorted(str(p) for p in shown if not any(o != p and _inside(p, o) for o in shown))
+            for folder, shown in inside.items()}
+
+
+def _weights_folders() -> list[Path]:
+    """Where runs read real weights: assignment 07's model (`course-weights smollm2`) and the cache's Qwen3.5
+    layers (course/stored_tensors.py), resolved."""
+    from course import qwen35_weights, smollm2
+
+    return [smollm2.model_folder().resolve(), qwen35_weights.cache_folder().resolve()]
+
+
+def _in_view(folder: Path, covers: dict[str, list[str]]) -> bool:
+    """Whether ``folder`` is still there behind ``covers`` (not inside a covered folder, or inside what it shows)."""
+    return all(not _inside(folder, Path(shut)) or any(_inside(folder, Path(p)) for p in shown)
+               for shut, shown in covers.items())
+
+
+def _read_as(user: tuple[int, int], covers: dict[str, list[str]], reads: list[Path]) -> None:
+    """In a child: behind ``covers``, as ``user``, check that each of ``reads`` can be read (a folder: listed)."""
+    if covers:
+        _hide([], covers)
+    _become(user)
+    for path in reads:
+        if not os.access(path, os.R_OK | (os.X_OK if path.is_dir() else 0)):
+            raise PermissionError(f"{path} is not readable by that user")
 
 
 def _output_store() -> list[Path]:
@@ -484,7 +568,7 @@ def readable_paths() -> list[tuple[str, str]]:
     the system's shared libraries. Nothing granted is, or holds, the course repository, a grading package or the
     outputs kept on disk."""
     import course
-    from course import qwen35_weights, smollm2
+    from course import qwen35_weights
 
     packages = _grading_packages()
     checkout = packages[0].parent if packages and (packages[0].parent / "pyproject.toml").is_file() else None
@@ -516,7 +600,7 @@ def readable_paths() -> list[tuple[str, str]]:
     qwen35 = qwen35_weights.cache_folder()
     with contextlib.suppress(OSError):
         qwen35.mkdir(parents=True, exist_ok=True)
-    for weights in (smollm2.model_folder().resolve(), qwen35.resolve()):
+    for weights in _weights_folders():
         if weights.is_dir() and allowed(weights):
             found[str(weights)] = "read"
     # Shared libraries, and what CPU feature detection (torch's cpuinfo) reads.
