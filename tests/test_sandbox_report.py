@@ -424,7 +424,7 @@ def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
     "a look-alike with the same name and module": '''
 class GraderProblem(Exception):
     pass
-GraderProblem.__module__ = "autograder.engine.sandbox.walls"
+GraderProblem.__module__ = "autograder.engine.errors"
 
 def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
     raise GraderProblem("读不到模型的权重")

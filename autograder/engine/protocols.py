@@ -18,7 +18,7 @@ import torch
 from safetensors import SafetensorError
 from torch import nn
 
-from autograder.engine.sandbox.walls import GraderProblem
+from autograder.engine.errors import GraderProblem
 from course.stored_tensors import StoredTensors
 
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 import torch
 
 from autograder.engine import limits, protocols, torch_errors
+from autograder.engine.errors import GraderProblem
 from autograder.engine.sandbox.report import (
     DTYPES,
     INTS,
@@ -26,7 +27,6 @@ from autograder.engine.sandbox.report import (
     is_plain_tensor,
     shape_fits,
 )
-from autograder.engine.sandbox.walls import GraderProblem
 from autograder.engine.student_code import Cell, StudentCode, student_code
 from course.inplace import same
 

@@ -21,8 +21,9 @@ import sys
 import time
 
 from autograder.engine import limits
+from autograder.engine.errors import GraderProblem
 from autograder.engine.sandbox import protocol
-from autograder.engine.sandbox.walls import GraderProblem, Walls
+from autograder.engine.sandbox.walls import Walls
 
 _READY = b"W"  # written by the child once its walls are up: anything that fails before it is the grader's
 _SETUP_FAILED = b"S"
