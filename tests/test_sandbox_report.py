@@ -14,7 +14,7 @@ from autograder.engine import limits
 from autograder.engine.assignments import EXERCISES
 from autograder.engine.checks import greedy_generate
 from autograder.engine.compare import compare
-from autograder.engine.exercise import grade
+from autograder.engine.judging import grade
 from autograder.engine.protocols import Case
 from autograder.engine.sandbox import harness
 from autograder.engine.sandbox.client import Answer, Sandbox

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS
-from autograder.engine.exercise import grade
+from autograder.engine.judging import grade
 from autograder.engine.sandbox.client import Sandbox
 from autograder.engine.sandbox.walls import PURPOSE
 from course.layout import ROOT as REPO

@@ -4,9 +4,9 @@ decoding through a cache in chunks, with padding and three dtypes."""
 import torch
 
 from autograder.engine.checks import ATTENTION_BASICS
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case, call_decoder
 from solutions.attention_basics import attention, causal_mask, padding_mask
 

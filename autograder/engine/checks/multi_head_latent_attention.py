@@ -8,9 +8,9 @@ import torch
 
 from autograder.engine.checks import ATTENTION_BASICS
 from autograder.engine.checks import apply_rope as apply_rope_check
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case, call_latent_decoder
 from solutions.attention_basics import masked_softmax
 
