@@ -36,7 +36,8 @@ from autograder.engine.tolerances import for_dtype
 from autograder.instructor.classroom.results_store import NotebookResult, ResultStore
 from course import smollm2
 from course.cache import CACHE_ENV
-from tests import student_code, student_code_03, student_code_07
+from course.stored_tensors import StoredTensors
+from tests import student_code, student_code_02, student_code_03, student_code_07
 
 OUTPUT = (torch.arange(6.0).view(2, 3), {"mask": torch.tensor([True, False]), "n": 3, "scale": 0.5},
           ("text", None, False))
@@ -408,6 +409,19 @@ def test_unreadable_model_files_are_the_graders_problem_and_are_graded_again(bro
     store.save("broken", NotebookResult("07_real_model", (verdict,), 1.0))
     store.save("wrong", NotebookResult("07_real_model", (dataclasses.replace(verdict, grader_problem=False),), 1.0))
     assert not store.done("broken") and store.done("wrong")
+
+
+def test_unreadable_stored_weights_are_the_graders_problem_too():
+    """The protocols are a package: a ``GraderProblem`` that another of its modules raises (a module built from
+    stored weights the sandbox cannot read, ``protocols.case.build``) is vouched for as the model's is."""
+    exercise = EXERCISES["MultiHeadAttention"]
+    case = exercise.cases()[0]
+    init, weights, x = case.args
+    unreadable = StoredTensors(tuple((name, "/nonexistent/attention-course/weights.safetensors", name) for name in weights))
+    broken = dataclasses.replace(case, args=(init, unreadable, x))
+    verdict = grade(dataclasses.replace(exercise, cases=lambda: [broken]), _cells(student_code_02.notebook_code()))
+    assert verdict.grader_problem and not verdict.passed, verdict.message
+    assert "读不到课程缓存里的权重" in verdict.summary, verdict.message
 
 
 STUDENT_RAISES = {

@@ -15,7 +15,7 @@ from autograder.engine.protocols import Case, call_decoder
 from autograder.engine.tolerances import Tolerance
 from solutions.attention_basics import masked_softmax
 
-# The mistakes below decode with the KVCache next to 03's forward, which they run (protocols._cache_class).
+# The mistakes below decode with the KVCache next to 03's forward, which they run (protocols.neighbour).
 from solutions.real_model import LlamaAttention
 from solutions.rope_mla import apply_rope
 

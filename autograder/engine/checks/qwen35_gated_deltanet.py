@@ -15,7 +15,7 @@ from autograder.engine.tolerances import Tolerance
 from course import qwen35_weights as checkpoint
 from course.qwen35 import PROMPT, PROMPT_IDS
 
-# The mistakes below decode with the GatedDeltaNetCache found among this module's names (protocols._cache_class).
+# The mistakes below decode with the GatedDeltaNetCache found among this module's names (protocols.neighbour).
 from solutions.gated_deltanet import (
     GatedDeltaNetCache,  # noqa: F401 - see above
     Qwen35GatedDeltaNet,

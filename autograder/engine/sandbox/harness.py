@@ -213,7 +213,8 @@ def describe_error(exc: BaseException, code: StudentCode, name: str) -> ErrorInf
 
 def _raised_by_the_grader(exc: BaseException) -> bool:
     """Whether ``exc`` is the grader's own ``GraderProblem``: that very class (not a look-alike or a subclass
-    of the student's), raised by a line of ``protocols`` (not by a ``raise`` in the student's cells).
+    of the student's), raised by a line of the protocols' modules (``protocols.FILES``; not by a ``raise`` in the
+    student's cells).
 
     Why the raising frame and not hiding the class: student code can reach the class anyway (``gc``, or the
     globals of the protocol objects it is handed), and a student who raised it would turn a zero into "not
@@ -223,7 +224,7 @@ def _raised_by_the_grader(exc: BaseException) -> bool:
     reads the case the way the student's code did.
     """
     frames = list(traceback.walk_tb(exc.__traceback__))
-    return type(exc) is GraderProblem and bool(frames) and frames[-1][0].f_code.co_filename == protocols.__file__
+    return type(exc) is GraderProblem and bool(frames) and frames[-1][0].f_code.co_filename in protocols.FILES
 
 
 def _changed_inputs(before, after, where: str) -> list[str]:
