@@ -105,8 +105,8 @@ class Judgement:
             got, changed = outcome.output, outcome.changed
             problem = check_output(self.exercise, case, got, self.expected[index])
             if problem is None and changed:
-                return self.fail(f"没有通过：{_MUTATED[0]}", f"用例：{case.label}\n调用之后，{'、'.join(changed)}"
-                                                          f"的值变了。\n看起来是：{_MUTATED[0]}。{_MUTATED[1]}", _MUTATED[0])
+                return self.fail(f"没有通过：{_MUTATED[0]}", f"用例：{case.label}\n{inplace.said(changed)}"
+                                                          f"\n看起来是：{_MUTATED[0]}。{_MUTATED[1]}", _MUTATED[0])
             if problem is not None:
                 return self.wrong(outcomes, index, problem)
         if len(outcomes) < len(self.cases):

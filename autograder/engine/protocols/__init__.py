@@ -30,7 +30,7 @@ from autograder.engine.protocols.modules import (
 from autograder.engine.protocols.recurrent import call_conv, call_recurrent_decoder, call_rule, kept_state
 from autograder.engine.protocols.watches import PerPosition, WholeScores, call_blockwise, call_chunkwise
 
-__all__ = ["FILES", "GLOBAL_SEED_OFFSET", "LAYER_STAGES", "PROTOCOLS", "PULLED", "STUDENT_MODULE", "Case", "PerPosition",
+__all__ = ["FILES", "GLOBAL_SEED_OFFSET", "HANDED", "LAYER_STAGES", "PROTOCOLS", "PULLED", "STUDENT_MODULE", "Case", "PerPosition",
            "WholeScores", "build", "call_absorbed_decoder", "call_blockwise", "call_cache", "call_chunkwise", "call_conv",
            "call_decoder", "call_function", "call_generate", "call_latent_decoder", "call_layer", "call_module",
            "call_norm", "call_recurrent_decoder", "call_rule", "call_sample_generate", "kept_state", "map_tensors",
@@ -46,6 +46,25 @@ PROTOCOLS = {fn.__name__: fn for fn in (call_function, call_blockwise, call_modu
 PULLED = {"call_decoder": ("KVCache",), "call_latent_decoder": ("LatentKVCache",),
           "call_absorbed_decoder": ("LatentKVCache",), "call_generate": ("LlamaAttention",),
           "call_sample_generate": ("LlamaAttention",)}
+
+# How a protocol hands a case's positional inputs to the code under test, so that an input the code changes in
+# place is named by the parameter it arrives in, as the notebook's own check names it (``course.inplace.named``):
+# the method of the code it calls (None: the code itself), the case's positions in the order that method takes its
+# arguments (None: what the protocol makes itself, ``self`` or the model), and those it hands by keyword. A
+# protocol not listed here hands the case's arguments to the code as they are; call_cache hands the pairs of
+# its one input to ``update`` one call at a time, and its inputs are named by position.
+HANDED = {
+    "call_module": ("forward", (None, 2), {}),
+    "call_decoder": ("forward", (None, 2), {}),
+    "call_latent_decoder": ("forward", (None, 2), {}),
+    "call_absorbed_decoder": ("forward_absorbed", (None, 2), {}),
+    "call_recurrent_decoder": ("forward", (None, 2), {}),
+    "call_norm": ("forward", (None, 3), {}),
+    "call_layer": ("forward", (None, 2, 3, 4), {"attention_mask": 5}),
+    "call_generate": (None, (None, 1, 2), {"attention_mask": 3}),
+    "call_sample_generate": (None, (None, 1, 2, None), {"attention_mask": 3}),
+    "call_cache": ("update", (), {}),
+}
 
 # The source files of the protocols' code: a ``GraderProblem`` raised on a line of one of them is the grader's.
 FILES = frozenset(module.__file__ for module in (case, generation, modules, recurrent, watches))
