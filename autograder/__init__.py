@@ -28,7 +28,7 @@ def __getattr__(name):
 
         return getattr(grading, name)
     if name == "Verdict":
-        from autograder.engine.exercise import Verdict
+        from autograder.engine.model import Verdict
 
         return Verdict
     raise AttributeError(f"module 'autograder' has no attribute {name!r}")

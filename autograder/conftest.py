@@ -16,10 +16,10 @@ from pathlib import Path  # noqa: E402 - after the fork server's start, on purpo
 
 import pytest  # noqa: E402
 
-from autograder.engine import exercise as grading  # noqa: E402
 from autograder.engine.assignments import ASSIGNMENTS  # noqa: E402
 from autograder.engine.grading import judge  # noqa: E402
 from autograder.engine.ipynb import NotebookError, read_code_cells  # noqa: E402
+from autograder.engine.model import Exercise, grader_problem  # noqa: E402
 from autograder.engine.sandbox.walls import describe_missing  # noqa: E402
 from autograder.engine.submission import SubmissionError, notebooks  # noqa: E402
 from autograder.scoreboard import Scoreboard  # noqa: E402
@@ -111,11 +111,11 @@ def submission(pytestconfig) -> Submission:
 @pytest.fixture
 def grade(submission, pytestconfig):
     """Grade one exercise of one assignment; record the verdict; fail the test with its message."""
-    def run(assignment: str, exercise: grading.Exercise) -> None:
+    def run(assignment: str, exercise: Exercise) -> None:
         verdict = judge(exercise, submission.cells(assignment), verdicts=submission.verdicts.setdefault(assignment, {}))
         pytestconfig.stash[BOARD].add(assignment, verdict)
         if not verdict.passed:
-            pytest.fail(f"{exercise.name}（0/{exercise.points} 分）：{verdict.message}", pytrace=False)
+            pytest.fail(verdict.headline(), pytrace=False)
     return run
 
 
@@ -124,7 +124,7 @@ def _complete(config) -> Scoreboard:
     board = config.stash[BOARD]
     for assignment, exercise in config.stash[EXPECTED].values():
         if not any(v.exercise == exercise.name for v in board.verdicts.get(assignment, [])):
-            board.add(assignment, grading.grader_problem(exercise, "这一题没有得到评分结果（评分程序中途出错）"))
+            board.add(assignment, grader_problem(exercise, "这一题没有得到评分结果（评分程序中途出错）"))
     return board
 
 

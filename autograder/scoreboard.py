@@ -3,7 +3,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from autograder.engine.exercise import Verdict
+from autograder.engine.model import Verdict
 from autograder.files import write_atomically
 
 

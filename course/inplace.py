@@ -1,10 +1,10 @@
 """The grader's rule against changing inputs in place, for the notebooks' own visible checks.
 
-The grader gives 0 points to an exercise whose code, on any case, changes a tensor it was given (it clones
-every input tensor before the call and compares after with ``same``, ``autograder/engine/sandbox/harness.py``,
-and says ``HINT``). A visible
-check starts with ``name = inplace.guard(name)``, so that the calls it makes apply the same rule and say at
-once which input was changed, in the student's own parameter names, and how to fix it.
+The grader gives 0 points to an exercise whose code, on any case, changes a tensor it was given: it takes
+``copies`` of every input before the call, names each input by the parameter it is handed to (``named``) and
+lists those that differ after (``changed``), in ``autograder/engine/sandbox/harness.py``, and says ``HINT``. A
+visible check starts with ``name = inplace.guard(name)``, so that the calls it makes apply the same rule and say
+at once which input was changed, in the student's own parameter names, and how to fix it.
 
 Only the outermost guarded call compares: when a guarded ``attention`` calls a guarded ``masked_softmax`` on
 scores it made itself, only ``attention``'s inputs count, as in the grader, which compares only the inputs it
@@ -65,14 +65,28 @@ def changed_inputs(before, after, where: str) -> list[str]:
     return []
 
 
-def _named(fn, args: tuple, kwargs: dict) -> list[tuple[str, object]]:
-    """The call's arguments named for the student: by parameter (``self`` is no tensor, so it never shows), or,
-    when they do not bind to the signature, by position and keyword, as the grader names them."""
+def named(fn, args: tuple, kwargs: dict) -> list[tuple[str, object]]:
+    """The arguments of a call of ``fn`` named for the student: by parameter (``self`` is no tensor, so it never
+    shows; a call that leaves out parameters binds as far as it goes), or, when they do not bind to the
+    signature, by position and keyword."""
     try:
-        return [(f"参数 {name}", value) for name, value in inspect.signature(fn).bind(*args, **kwargs).arguments.items()]
+        bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
+        return [(f"参数 {name}", value) for name, value in bound.items()]
     except (TypeError, ValueError):
         return [*((f"第 {i + 1} 个参数", value) for i, value in enumerate(args)),
                 *((f"参数 {name}", value) for name, value in kwargs.items())]
+
+
+def changed(given: list[tuple[str, object]], before: list) -> list[str]:
+    """The inputs among ``given`` (``named``'s pairs, after the call) whose tensors differ from ``before`` (the
+    ``copies`` of their values, taken before it), named as ``changed_inputs`` names them."""
+    return [name for (where, value), copy in zip(given, before) for name in changed_inputs(copy, value, where)]
+
+
+def said(found: list[str]) -> str:
+    """The sentence that tells the student which inputs a call changed (``changed``'s names), as the visible checks
+    and the grader say it."""
+    return f"调用之后，输入的值变了：{'、'.join(found)}。"
 
 
 def _guarded(fn):
@@ -83,17 +97,17 @@ def _guarded(fn):
     def call(*args, **kwargs):
         if getattr(_inside, "running", False):
             return fn(*args, **kwargs)
-        given = _named(fn, args, kwargs)
+        given = named(fn, args, kwargs)
         before = [copies(value) for _, value in given]
         _inside.running = True
         try:
             result = fn(*args, **kwargs)
         finally:
             _inside.running = False
-        changed = [name for (where, value), copy in zip(given, before) for name in changed_inputs(copy, value, where)]
-        if changed:
-            raise AssertionError(f"{getattr(fn, '__qualname__', fn)} 原地修改了输入：调用之后，输入的值变了："
-                                 f"{'、'.join(changed)}。评分时，改了输入的练习得 0 分。{HINT}")
+        found = changed(given, before)
+        if found:
+            raise AssertionError(f"{getattr(fn, '__qualname__', fn)} 原地修改了输入：{said(found)}"
+                                 f"评分时，改了输入的练习得 0 分。{HINT}")
         return result
 
     setattr(call, _GUARDED, True)

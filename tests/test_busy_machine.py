@@ -11,8 +11,8 @@ import pytest
 
 from autograder.engine import limits
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
-from autograder.engine.exercise import grade
 from autograder.engine.grading import OUT_OF_WALL, grade_cells
+from autograder.engine.judging import grade
 from autograder.engine.sandbox.client import Sandbox
 from autograder.engine.student_code import Cell
 from tests.presentations import graded_cells, released_blocks

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS
-from autograder.engine.exercise import Verdict
+from autograder.engine.model import Verdict
 from autograder.instructor.classroom.gradebook import Gradebook
 from autograder.instructor.classroom.graded_class import record_file, state_folder
 from autograder.instructor.classroom.results_store import RESULT_BYTES, NotebookResult

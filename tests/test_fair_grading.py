@@ -4,7 +4,7 @@ import torch
 
 from autograder.engine.assignments import EXERCISES
 from autograder.engine.compare import compare
-from autograder.engine.exercise import grade
+from autograder.engine.judging import grade
 from autograder.engine.student_code import Cell
 from autograder.engine.tolerances import Tolerance
 from tests import student_code_02

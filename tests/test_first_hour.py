@@ -4,7 +4,7 @@ import json
 import subprocess
 
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
-from autograder.engine.exercise import grade
+from autograder.engine.judging import grade
 from autograder.engine.student_code import Cell
 from course import layout
 from course.layout import ROOT as REPO

@@ -9,7 +9,7 @@ from importlib.util import cache_from_source
 from pathlib import Path
 
 import autograder.engine.checks.attention_scores
-import autograder.engine.exercise
+import autograder.engine.judging
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.grading import grade_notebook
 from autograder.engine.submission import notebooks
@@ -27,7 +27,7 @@ def course_files() -> dict[Path, str]:
 
 def test_a_hostile_notebook_changes_nothing_but_its_own_score(tmp_path, sandbox):
     results = tmp_path / "results.json"
-    check, engine = autograder.engine.checks.attention_scores.__file__, autograder.engine.exercise.__file__
+    check, engine = autograder.engine.checks.attention_scores.__file__, autograder.engine.judging.__file__
     targets = [check, cache_from_source(check), engine, REPO / "solutions" / "attention_basics.py"]
     hostile = {
         # Correct answers, each after an attack: the points are earned, the attacks must change nothing.

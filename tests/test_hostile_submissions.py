@@ -17,7 +17,7 @@ import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from autograder.engine.checks import attention_scores as scores_check
-from autograder.engine.exercise import grade
+from autograder.engine.judging import grade
 from autograder.engine.sandbox import landlock
 from autograder.engine.sandbox.client import Sandbox, shared
 from autograder.engine.sandbox.report import MAGIC, from_bytes
@@ -428,5 +428,6 @@ def look(x):
         sandbox.stop()
     modules = set(from_bytes(answer.data, cases=1).outcomes[0].output)
     assert {"autograder.engine.protocols", "autograder.engine.sandbox.harness"} <= modules  # the spy does see modules
-    assert not {m for m in modules if m.startswith(("solutions", "autograder.engine.checks", "autograder.engine.exercise",
+    assert not {m for m in modules if m.startswith(("solutions", "autograder.engine.checks", "autograder.engine.judging",
+                                                    "autograder.engine.model",
                                                     "autograder.engine.assignments"))}, modules

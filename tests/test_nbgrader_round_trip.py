@@ -160,7 +160,7 @@ def test_feedback_shows_no_hidden_tests(course, assignment, student):
     html = feedback(course, assignment, student)
     assert "HIDDEN TESTS" not in html
     assert "import grade" not in html and "grade(" not in html  # the hidden cells' code
-    assert "Traceback (most recent call last)" not in html and "exercise.py" not in html  # nor grader source
+    assert "Traceback (most recent call last)" not in html and "judging.py" not in html  # nor grader source
 
 
 def test_a_hostile_student_changes_nothing_outside_their_own_marks(course):

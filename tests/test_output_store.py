@@ -12,7 +12,7 @@ import torch
 
 from autograder.engine import known_outputs, output_store
 from autograder.engine.assignments import EXERCISES
-from autograder.engine.exercise import grade
+from autograder.engine.judging import grade
 from autograder.engine.protocols import Case
 from course.layout import ROOT as REPO
 from tests.test_hostile_submissions import SCORES, cells_with
@@ -26,7 +26,7 @@ import sys
 sys.path.insert(0, {str(REPO)!r})
 from autograder.engine import output_store
 from autograder.engine.assignments import EXERCISES
-from autograder.engine.exercise import grade
+from autograder.engine.judging import grade
 from autograder.engine.protocols import Case
 counts = {{"read": 0, "computed": 0}}
 read = output_store.read

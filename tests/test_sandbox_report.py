@@ -14,7 +14,7 @@ from autograder.engine import limits
 from autograder.engine.assignments import EXERCISES
 from autograder.engine.checks import greedy_generate
 from autograder.engine.compare import compare
-from autograder.engine.exercise import grade
+from autograder.engine.judging import grade
 from autograder.engine.protocols import Case
 from autograder.engine.sandbox import harness
 from autograder.engine.sandbox.client import Answer, Sandbox
@@ -36,7 +36,8 @@ from autograder.engine.tolerances import for_dtype
 from autograder.instructor.classroom.results_store import NotebookResult, ResultStore
 from course import smollm2
 from course.cache import CACHE_ENV
-from tests import student_code, student_code_03, student_code_07
+from course.stored_tensors import StoredTensors
+from tests import student_code, student_code_02, student_code_03, student_code_07
 
 OUTPUT = (torch.arange(6.0).view(2, 3), {"mask": torch.tensor([True, False]), "n": 3, "scale": 0.5},
           ("text", None, False))
@@ -410,6 +411,19 @@ def test_unreadable_model_files_are_the_graders_problem_and_are_graded_again(bro
     assert not store.done("broken") and store.done("wrong")
 
 
+def test_unreadable_stored_weights_are_the_graders_problem_too():
+    """The protocols are a package: a ``GraderProblem`` that another of its modules raises (a module built from
+    stored weights the sandbox cannot read, ``protocols.case.build``) is vouched for as the model's is."""
+    exercise = EXERCISES["MultiHeadAttention"]
+    case = exercise.cases()[0]
+    init, weights, x = case.args
+    unreadable = StoredTensors(tuple((name, "/nonexistent/attention-course/weights.safetensors", name) for name in weights))
+    broken = dataclasses.replace(case, args=(init, unreadable, x))
+    verdict = grade(dataclasses.replace(exercise, cases=lambda: [broken]), _cells(student_code_02.notebook_code()))
+    assert verdict.grader_problem and not verdict.passed, verdict.message
+    assert "读不到课程缓存里的权重" in verdict.summary, verdict.message
+
+
 STUDENT_RAISES = {
     "the grader's class, reached through the model it is handed": '''
 def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
@@ -424,7 +438,7 @@ def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
     "a look-alike with the same name and module": '''
 class GraderProblem(Exception):
     pass
-GraderProblem.__module__ = "autograder.engine.sandbox.walls"
+GraderProblem.__module__ = "autograder.engine.errors"
 
 def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
     raise GraderProblem("读不到模型的权重")

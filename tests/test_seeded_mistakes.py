@@ -2,7 +2,7 @@
 import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
-from autograder.engine.exercise import NOT_IMPLEMENTED, grade
+from autograder.engine.judging import NOT_IMPLEMENTED, grade
 from autograder.engine.student_code import Cell
 from tests.student_code import CORRECT_01, MISTAKES_01, notebook_code
 

@@ -3,7 +3,7 @@ and name seeded mistakes, including seed 003's discarded ``masked_fill``."""
 import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS
-from autograder.engine.exercise import NOT_IMPLEMENTED, grade
+from autograder.engine.judging import NOT_IMPLEMENTED, grade
 from autograder.engine.student_code import Cell
 from tests import student_code_02, student_code_03
 

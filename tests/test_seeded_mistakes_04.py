@@ -3,7 +3,7 @@ seeded mistakes written independently of their catalogue."""
 import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS
-from autograder.engine.exercise import NOT_IMPLEMENTED, grade
+from autograder.engine.judging import NOT_IMPLEMENTED, grade
 from autograder.engine.student_code import Cell
 from tests import student_code_04 as student
 

@@ -6,8 +6,8 @@ import torch
 
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.checks import sampling_probs
-from autograder.engine.exercise import NOT_IMPLEMENTED, grade
 from autograder.engine.grading import grade_notebook
+from autograder.engine.judging import NOT_IMPLEMENTED, grade
 from autograder.engine.sandbox import landlock
 from autograder.engine.student_code import Cell
 from autograder.scoreboard import Scoreboard

@@ -7,7 +7,7 @@ import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.checks import qwen35_gated_deltanet
-from autograder.engine.exercise import NOT_IMPLEMENTED, grade
+from autograder.engine.judging import NOT_IMPLEMENTED, grade
 from autograder.engine.student_code import Cell
 from course.stored_tensors import StoredTensors
 from tests import student_code_08 as student

@@ -10,7 +10,7 @@ from autograder.engine.checks import (
     split_query_gate,
     zero_centered_rms_norm,
 )
-from autograder.engine.exercise import NOT_IMPLEMENTED, grade
+from autograder.engine.judging import NOT_IMPLEMENTED, grade
 from autograder.engine.student_code import Cell
 from tests.student_code_gate_qwen35 import CORRECT, MISTAKES, notebook_code
 

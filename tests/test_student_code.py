@@ -4,8 +4,8 @@ import torch
 
 from autograder.engine import limits
 from autograder.engine.assignments import EXERCISES
-from autograder.engine.exercise import grade
 from autograder.engine.ipynb import NotebookError, read_code_cells
+from autograder.engine.judging import grade
 from autograder.engine.student_code import Cell, student_code
 from tests.student_code import notebook_code
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS
-from autograder.engine.exercise import grade
 from autograder.engine.grading import grade_notebook
+from autograder.engine.judging import grade
 from autograder.engine.sandbox import walls
 from autograder.engine.sandbox.client import Sandbox
 from autograder.engine.sandbox.walls import PURPOSE

@@ -44,7 +44,7 @@ from autograder.engine.checks import (
     split_query_gate,
     zero_centered_rms_norm,
 )
-from autograder.engine.exercise import Exercise
+from autograder.engine.model import Exercise
 from course import smollm2
 
 

@@ -14,17 +14,14 @@ and once per grader version for the assignments that run real models (``output_s
 """
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from autograder.engine.compare import compare
 from autograder.engine.known_outputs import known
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.output_store import RAISED
 from autograder.engine.protocols import Case
-
-if TYPE_CHECKING:  # exercise.py imports this module
-    from autograder.engine.exercise import Exercise, Mistake
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 CLOSER = 0.25  # in low precision, the student's distance to the mistake, at most this share of that to the reference

@@ -14,8 +14,9 @@ import torch
 
 from autograder.engine import limits
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
-from autograder.engine.exercise import Verdict, grade, grader_problem
 from autograder.engine.ipynb import NotebookError, parse_code_cells, read_code_cells
+from autograder.engine.judging import grade
+from autograder.engine.model import Verdict, grader_problem
 from autograder.engine.sandbox.client import Sandbox, shared
 from autograder.engine.student_code import Cell
 from autograder.engine.submission import SubmissionError, notebooks

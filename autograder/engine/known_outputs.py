@@ -19,7 +19,7 @@ from autograder.engine.protocols import Case, map_tensors
 
 LIMIT_BYTES = 256 * 2**20
 
-_lock = threading.Lock()  # the reference is computed in a thread of its own (exercise.References)
+_lock = threading.Lock()  # the reference is computed in a thread of its own (judging.References)
 _kept: "OrderedDict[tuple, tuple[object, int]]" = OrderedDict()
 _kept_bytes = 0
 _digests: dict[int, tuple[Case, bytes | None]] = {}  # id(case) -> (case, digest): one digest per case object

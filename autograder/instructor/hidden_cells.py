@@ -30,5 +30,5 @@ def grade(name: str) -> None:
     """Grade exercise ``name`` on the code executed so far; print the verdict, raise when it fails."""
     verdict = judge(EXERCISES[name], _executed_cells())
     if not verdict.passed:
-        raise GradingFailure(f"{name}（0/{verdict.max_points} 分）：{verdict.message}")
+        raise GradingFailure(verdict.headline())
     print(f"✓ {name}：通过（{verdict.points}/{verdict.max_points} 分）")

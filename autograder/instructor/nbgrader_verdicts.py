@@ -19,7 +19,7 @@ def verdict_output(verdict):
     """A grade cell's output: nbgrader gives full points unless it holds an error."""
     if verdict.passed:
         return new_output("stream", name="stdout", text=f"✓ {verdict.exercise}：通过（{verdict.points}/{verdict.max_points} 分）\n")
-    message = f"{verdict.exercise}（0/{verdict.max_points} 分）：{verdict.message}"
+    message = verdict.headline()
     return new_output("error", ename="GradingFailure", evalue=message, traceback=[f"GradingFailure: {message}"])
 
 

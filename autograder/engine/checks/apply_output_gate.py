@@ -1,8 +1,8 @@
 """Check of ``apply_output_gate(attn_out, gate)`` = ``attn_out * sigmoid(gate)``, elementwise."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
 from solutions.output_gate import apply_output_gate
 

@@ -2,8 +2,8 @@
 ``cos/sin [T, D]`` cast to ``x``'s dtype."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
 from solutions.rope_mla import apply_rope, rope_cos_sin
 

@@ -2,8 +2,8 @@
 import torch
 
 from autograder.engine.checks.masked_softmax import uniform_when_blind
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, three_tokens
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
 from solutions.attention_basics import attention, attention_scores, causal_mask, masked_softmax, padding_mask
 

@@ -1,7 +1,7 @@
 """Check of ``attention_flops(batch, q_len, k_len, hidden_size, num_heads, num_kv_heads, head_dim)`` → int."""
 import math
 
-from autograder.engine.exercise import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
 from solutions.gqa_kv_cache import attention_flops
 

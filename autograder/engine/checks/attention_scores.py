@@ -3,8 +3,8 @@ import math
 
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape, three_tokens
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
 from solutions.attention_basics import attention_scores
 

@@ -5,8 +5,8 @@ state, in three dtypes."""
 import torch
 import torch.nn.functional as F
 
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case, call_conv
 from solutions.gated_deltanet import causal_conv1d
 

@@ -2,7 +2,7 @@
 ``p = k_len - q_len + i`` sees keys ``j <= p``; with a sliding window of ``w``, only ``p - w < j <= p``."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
 from solutions.attention_basics import causal_mask
 

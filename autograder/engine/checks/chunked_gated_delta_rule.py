@@ -7,9 +7,9 @@ import torch
 
 from autograder.engine.checks.gated_delta_rule import _gates, hand_case
 from autograder.engine.checks.linear_attention_recurrent import OUTPUT_NAMES
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs import linear_attention as inputs
 from autograder.engine.inputs.seeded import generator
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case, call_chunkwise
 from solutions.gated_deltanet import chunked_gated_delta_rule
 

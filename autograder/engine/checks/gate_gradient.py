@@ -1,8 +1,8 @@
 """Check of ``gate_gradient(x, w, r, o, t)``: the hand-derived gradient of the gate's squared error."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
 from solutions.output_gate import gate_gradient
 

@@ -12,9 +12,9 @@ from autograder.engine.checks.linear_attention_recurrent import (
     rule_cases,
     rule_variant,
 )
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs import linear_attention as inputs
 from autograder.engine.inputs.seeded import generator
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case, call_rule
 from solutions.gated_deltanet import gated_delta_rule
 

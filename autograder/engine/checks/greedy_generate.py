@@ -4,8 +4,9 @@
 (the prompt, then the new tokens through the caches), not the whole sequence again for every token."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake, reference_result
 from autograder.engine.inputs import smollm2
+from autograder.engine.judging import reference_result
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case, call_generate
 from course.smollm2 import chat_prompt
 

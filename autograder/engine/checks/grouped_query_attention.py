@@ -4,13 +4,13 @@ decoding through a cache in chunks, with padding and three dtypes."""
 import torch
 
 from autograder.engine.checks import ATTENTION_BASICS
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case, call_decoder
 from solutions.attention_basics import attention, causal_mask, padding_mask
 
-# The mistakes below decode with the KVCache found among this module's names (protocols._cache_class).
+# The mistakes below decode with the KVCache found among this module's names (protocols.neighbour).
 from solutions.gqa_kv_cache import GroupedQueryAttention, KVCache, repeat_kv  # noqa: F401
 from solutions.multi_head import merge_heads, split_heads
 

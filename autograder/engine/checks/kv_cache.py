@@ -2,8 +2,8 @@
 ``len()`` is the number of cached positions. Each case makes three updates and records what comes back."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, three_tokens
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case, call_cache
 from solutions.gqa_kv_cache import KVCache
 

@@ -2,9 +2,9 @@
 ``o_t = Σ_{j≤t} (q_t·k_j) v_j``, on the hand example, seeded shapes (T = 1, Dk ≠ Dv) and three dtypes."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs import linear_attention as inputs
 from autograder.engine.inputs.seeded import generator, three_tokens
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
 from solutions.gated_deltanet import linear_attention
 

@@ -4,9 +4,9 @@ given state, continued from its own state, and on a long input (the state does n
 import torch
 
 from autograder.engine.checks.linear_attention import hand_case
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs import linear_attention as inputs
 from autograder.engine.inputs.seeded import generator
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case, call_rule
 from solutions.gated_deltanet import linear_attention_recurrent
 

@@ -2,8 +2,8 @@
 finite for scores of ±1e4, all zeros (never NaN) on a fully masked row."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape, three_tokens
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
 from solutions.attention_basics import attention_scores, causal_mask, masked_softmax, padding_mask
 

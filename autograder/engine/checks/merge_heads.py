@@ -1,8 +1,8 @@
 """Check of ``merge_heads(x)``: ``[B, H, T, D] → [B, T, H·D]``, the inverse of ``split_heads``."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
 from solutions.multi_head import merge_heads
 

@@ -6,9 +6,9 @@ import operator
 import torch
 
 from autograder.engine.checks import ATTENTION_BASICS
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case, call_module
 from solutions.attention_basics import causal_mask, masked_softmax, padding_mask
 from solutions.multi_head import MultiHeadAttention, merge_heads, split_heads

@@ -8,13 +8,13 @@ import torch
 
 from autograder.engine.checks import ATTENTION_BASICS
 from autograder.engine.checks import apply_rope as apply_rope_check
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case, call_latent_decoder
 from solutions.attention_basics import masked_softmax
 
-# The mistakes below decode with the LatentKVCache found among this module's names (protocols._cache_class).
+# The mistakes below decode with the LatentKVCache found among this module's names (protocols.neighbour).
 from solutions.rope_mla import LatentKVCache, MultiHeadLatentAttention, apply_rope, rope_cos_sin  # noqa: F401
 
 OUTPUT_NAMES = ("输出（各步的 out 沿序列维拼起来）", "解码完之后的 len(cache)",

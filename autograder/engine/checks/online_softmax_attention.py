@@ -5,8 +5,8 @@ import math
 
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, three_tokens
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case, call_blockwise
 from solutions.attention_basics import attention_scores, causal_mask, online_softmax_attention, padding_mask
 

@@ -1,7 +1,7 @@
 """Check of ``padding_mask(attention_mask)``: ``[B, Tk]`` of 0/1 → bool ``[B, 1, 1, Tk]``."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
 from solutions.attention_basics import padding_mask
 

@@ -5,9 +5,9 @@ from types import SimpleNamespace
 import torch
 
 from autograder.engine.checks import ATTENTION_BASICS
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.modules import linear_weights, padding_query_rows
 from autograder.engine.inputs.seeded import dtype_name, generator, randn
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import LAYER_STAGES, Case, call_layer
 from course import qwen35_weights as checkpoint
 from course.qwen35 import PROMPT, PROMPT_IDS

@@ -7,15 +7,15 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case, call_recurrent_decoder
 from autograder.engine.tolerances import Tolerance
 from course import qwen35_weights as checkpoint
 from course.qwen35 import PROMPT, PROMPT_IDS
 
-# The mistakes below decode with the GatedDeltaNetCache found among this module's names (protocols._cache_class).
+# The mistakes below decode with the GatedDeltaNetCache found among this module's names (protocols.neighbour).
 from solutions.gated_deltanet import (
     GatedDeltaNetCache,  # noqa: F401 - see above
     Qwen35GatedDeltaNet,

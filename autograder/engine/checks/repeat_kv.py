@@ -2,8 +2,8 @@
 h // n_rep."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
 from solutions.gqa_kv_cache import repeat_kv
 

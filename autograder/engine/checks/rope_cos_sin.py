@@ -1,7 +1,7 @@
 """Check of ``rope_cos_sin(positions, rotary_dim, theta)``: ``cos, sin`` of shape ``[T, rotary_dim]``."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
 from autograder.engine.tolerances import Tolerance
 from solutions.rope_mla import rope_cos_sin

@@ -5,8 +5,9 @@ the student's own ``sampling_probs`` of the last position. With the same seed th
 one for one, and the model must read each position once (``protocols.call_sample_generate``)."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake, reference_result
 from autograder.engine.inputs import smollm2
+from autograder.engine.judging import reference_result
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case, call_sample_generate
 
 # The loops below run in a model built with the LlamaAttention found among this module's names, decode with its

@@ -7,8 +7,8 @@ lies far enough from the nearest probability that rounding in the case's own dty
 (``tests/test_seeded_mistakes_07.py`` checks both)."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
 from solutions.real_model import sampling_probs
 

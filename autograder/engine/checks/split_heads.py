@@ -1,8 +1,8 @@
 """Check of ``split_heads(x, num_heads)``: ``[B, T, H·D] → [B, H, T, D]``, head h taking features h·D … (h+1)·D − 1."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
 from solutions.multi_head import split_heads
 

@@ -2,8 +2,8 @@
 ``[B, T, H, D]``, with each head's ``2D`` outputs laid out as ``[query_h | gate_h]``."""
 import torch
 
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
 from solutions.output_gate import split_query_gate
 

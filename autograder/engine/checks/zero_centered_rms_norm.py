@@ -3,8 +3,8 @@ float32 and cast back; the weight starts at zero."""
 import torch
 from torch import nn
 
-from autograder.engine.exercise import Exercise, Mistake
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
+from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case, call_norm
 from autograder.engine.tolerances import Tolerance
 from solutions.qwen35_attention import ZeroCenteredRMSNorm

@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 
 from autograder.engine import limits
-from autograder.engine.sandbox import protocol
+from autograder.engine.sandbox import wire
 
 # The fork server imports the very engine this grader runs, even where the course is not pip-installed.
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -101,7 +101,7 @@ class Sandbox:
         self._jobs += 1
         payload = pickle.dumps({**job, "cpu": cpu_s, "timeout": wall_s}, protocol=pickle.HIGHEST_PROTOCOL)
         try:
-            protocol.write_message(self._process.stdin.fileno(), {"job": self._jobs}, payload)
+            wire.write_message(self._process.stdin.fileno(), {"job": self._jobs}, payload)
         except OSError as e:
             raise SandboxError(f"the sandbox stopped taking jobs ({e})") from None
         header, data = self._read(wall_s + limits.ANSWER_GRACE_S, "running a job")
@@ -119,7 +119,7 @@ class Sandbox:
             self.stop()
             raise SandboxError(f"the sandbox did not answer within {timeout_s:g} s while {doing}")
         try:
-            return protocol.read_message(fd, max_payload=limits.OUTPUT_BYTES + limits.HEADER_BYTES)
+            return wire.read_message(fd, max_payload=limits.OUTPUT_BYTES + limits.HEADER_BYTES)
         except (EOFError, ValueError, OSError) as e:
             raise SandboxError(f"the sandbox ended while {doing} ({e}){self._stderr_tail()}") from None
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 import torch
 
 from autograder.engine import limits, protocols, torch_errors
+from autograder.engine.errors import GraderProblem
 from autograder.engine.sandbox.report import (
     DTYPES,
     INTS,
@@ -26,9 +27,8 @@ from autograder.engine.sandbox.report import (
     is_plain_tensor,
     shape_fits,
 )
-from autograder.engine.sandbox.walls import GraderProblem
 from autograder.engine.student_code import Cell, StudentCode, student_code
-from course.inplace import same
+from course import inplace
 
 NOT_IMPLEMENTED = "还没有实现（not yet implemented）"
 GRADING_PACKAGES = ("autograder", "solutions")
@@ -213,7 +213,8 @@ def describe_error(exc: BaseException, code: StudentCode, name: str) -> ErrorInf
 
 def _raised_by_the_grader(exc: BaseException) -> bool:
     """Whether ``exc`` is the grader's own ``GraderProblem``: that very class (not a look-alike or a subclass
-    of the student's), raised by a line of ``protocols`` (not by a ``raise`` in the student's cells).
+    of the student's), raised by a line of the protocols' modules (``protocols.FILES``; not by a ``raise`` in the
+    student's cells).
 
     Why the raising frame and not hiding the class: student code can reach the class anyway (``gc``, or the
     globals of the protocol objects it is handed), and a student who raised it would turn a zero into "not
@@ -223,21 +224,27 @@ def _raised_by_the_grader(exc: BaseException) -> bool:
     reads the case the way the student's code did.
     """
     frames = list(traceback.walk_tb(exc.__traceback__))
-    return type(exc) is GraderProblem and bool(frames) and frames[-1][0].f_code.co_filename == protocols.__file__
+    return type(exc) is GraderProblem and bool(frames) and frames[-1][0].f_code.co_filename in protocols.FILES
 
 
-def _changed_inputs(before, after, where: str) -> list[str]:
-    """Which input tensors the call changed in place (``course.inplace.same``: the rule the notebooks' own checks
-    apply too), named for the student."""
-    if isinstance(before, torch.Tensor):
-        return [] if isinstance(after, torch.Tensor) and same(before, after) else [where]
-    if isinstance(before, (tuple, list)):
-        return [name for i, (b, a) in enumerate(zip(before, after))
-                for name in _changed_inputs(b, a, f"{where}第 {i + 1} 项" if where else f"第 {i + 1} 个参数")]
-    if isinstance(before, dict):
-        return [name for key in before
-                for name in _changed_inputs(before[key], after.get(key), f"{where}{key}" if where else f"参数 {key}")]
-    return []
+def _inputs(call: str, code, case) -> list[tuple[str, object]]:
+    """Every input of ``case``, its positional arguments and then its keyword arguments, named as the notebook's
+    own check names an input it finds changed (``course.inplace.named``): by the parameter of the code under test
+    that the protocol hands it to (``protocols.HANDED``), else by position and keyword. The code's signature is the
+    student's to write: whatever looking at it raises, the names fall back to positions."""
+    method, order, keywords = protocols.HANDED.get(call, (None, range(len(case.args)), {}))
+    names = [f"第 {i + 1} 个参数" for i in range(len(case.args))]
+    try:
+        stand_ins = [object() for _ in order]
+        by_keyword = {key: object() for key in keywords}
+        found = {id(value): name for name, value in
+                 inplace.named(code if method is None else getattr(code, method), tuple(stand_ins), by_keyword)}
+        for stand_in, position in [*zip(stand_ins, order), *((by_keyword[key], keywords[key]) for key in keywords)]:
+            if position is not None and id(stand_in) in found:
+                names[position] = found[id(stand_in)]
+    except BaseException:  # noqa: BLE001 - the student's signature, or a class's __getattr__, raised
+        pass
+    return [*zip(names, case.args), *((f"参数 {key}", value) for key, value in case.kwargs.items())]
 
 
 def _size(value) -> int:
@@ -254,7 +261,8 @@ def _call_each(call, student, cases: list, code: StudentCode, name: str) -> tupl
     """One outcome per case, in order, until a case stops the run (an error, or outputs over the cap)."""
     outcomes, size = [], 0
     for case in cases:
-        pristine = protocols.map_tensors((case.args, case.kwargs), lambda t: t.clone())
+        given = _inputs(call.__name__, student, case)
+        before = [inplace.copies(value) for _, value in given]
         try:
             got = plain(call(student, case))
         except NotPlain as e:
@@ -267,8 +275,7 @@ def _call_each(call, student, cases: list, code: StudentCode, name: str) -> tupl
         if size > limits.OUTPUT_BYTES:
             outcomes.append(Error(ErrorInfo(TOO_BIG)))
             break
-        changed = _changed_inputs(pristine[0], case.args, "") + _changed_inputs(pristine[1], case.kwargs, "")
-        outcomes.append(Ok(got, tuple(changed)))
+        outcomes.append(Ok(got, tuple(inplace.changed(given, before))))
     return tuple(outcomes)
 
 

@@ -103,7 +103,7 @@ class Error:
 
 @dataclass(frozen=True)
 class GraderError:
-    """A case the grader's own code in the sandbox could not run (``walls.GraderProblem``): not the student's doing."""
+    """A case the grader's own code in the sandbox could not run (``errors.GraderProblem``): not the student's doing."""
 
     what: str
 

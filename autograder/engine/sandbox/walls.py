@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.engine import limits
+from autograder.engine.errors import GraderProblem
 from course import layout
 
 try:
@@ -58,14 +59,6 @@ _ENV_DISABLE = "ATTENTION_COURSE_SANDBOX_OFF"  # comma-separated walls to leave 
 _ENV_USER = "ATTENTION_COURSE_SANDBOX_USER"  # "uid:gid" student code runs as where the grader is root
 _NOBODY = (65534, 65534)  # nobody / nogroup on Debian and Ubuntu, Gradescope's images
 _REACHED = "a run can read"
-
-
-class GraderProblem(Exception):
-    """The grader, not the student, cannot run the code: the message says what to fix on the machine.
-
-    Raised when a wall cannot go up, and by the call protocols (``protocols``) when what the grader provides
-    for a case cannot be read, e.g. the model files: the harness reports that case as the grader's problem
-    (``harness._raised_by_the_grader``). Defined here, with no torch import, for the fork server's start."""
 
 
 def _disabled() -> set[str]:

@@ -8,7 +8,7 @@ harness and writes its report to a pipe. The fork server relays the report (at m
 Where namespaces are available the fork server runs as PID 1 of its own PID namespace: the process
 the grader started only waits for it, and both die with the grader.
 
-Messages on stdout (see ``protocol.py``): ``{"hello": ..., "up": [...], "missing": {...}}`` once, then one
+Messages on stdout (see ``wire.py``): ``{"hello": ..., "up": [...], "missing": {...}}`` once, then one
 answer per job: ``{"kind": "report"}`` with the child's bytes, or ``{"kind": "timeout" | "wall" | "crashed" |
 "too_big" | "grader", ...}``, each with the CPU seconds the child used (``cpu_s``).
 """
@@ -21,8 +21,9 @@ import sys
 import time
 
 from autograder.engine import limits
-from autograder.engine.sandbox import protocol
-from autograder.engine.sandbox.walls import GraderProblem, Walls
+from autograder.engine.errors import GraderProblem
+from autograder.engine.sandbox import wire
+from autograder.engine.sandbox.walls import Walls
 
 _READY = b"W"  # written by the child once its walls are up: anything that fails before it is the grader's
 _SETUP_FAILED = b"S"
@@ -145,18 +146,18 @@ def _answer(data: bytes, stopped: str | None, finished: int, status: int, used_u
 def _serve(walls: Walls, harness, requests: int, answers: int) -> None:
     while True:
         try:
-            header, payload = protocol.read_message(requests, max_payload=limits.JOB_BYTES)
+            header, payload = wire.read_message(requests, max_payload=limits.JOB_BYTES)
         except EOFError:
             return
         job = pickle.loads(payload)  # from the grader, which started this process
         answer, data = run_job(walls, harness, job)
-        protocol.write_message(answers, {**answer, "job": header.get("job")}, data)
+        wire.write_message(answers, {**answer, "job": header.get("job")}, data)
 
 
 def _serve_one_inline(harness, requests: int, answers: int) -> None:
     """Without fork, one job runs in this very process, which then exits: the grader starts a fresh one."""
     try:
-        header, payload = protocol.read_message(requests, max_payload=limits.JOB_BYTES)
+        header, payload = wire.read_message(requests, max_payload=limits.JOB_BYTES)
     except EOFError:
         return
     job = pickle.loads(payload)
@@ -164,7 +165,7 @@ def _serve_one_inline(harness, requests: int, answers: int) -> None:
         data = harness.serialise(harness.run(job))
     except BaseException as e:  # noqa: BLE001
         data = harness.serialise(harness.failure(e))
-    protocol.write_message(answers, {"kind": "report", "job": header.get("job"), "last": True}, data)
+    wire.write_message(answers, {"kind": "report", "job": header.get("job"), "last": True}, data)
 
 
 def _warm_up(torch) -> None:
@@ -200,7 +201,7 @@ def main() -> None:
     walls = Walls()
     if not walls.can_fork():
         harness = _start_harness()
-        protocol.write_message(answers, {"hello": True, "up": walls.up, "missing": walls.missing})
+        wire.write_message(answers, {"hello": True, "up": walls.up, "missing": walls.missing})
         _serve_one_inline(harness, requests, answers)
         return
     if sys.platform.startswith("linux"):
@@ -217,9 +218,9 @@ def main() -> None:
     try:
         walls.prepare()
     except (OSError, GraderProblem) as e:
-        protocol.write_message(answers, {"hello": False, "message": f"{type(e).__name__}: {e}"})
+        wire.write_message(answers, {"hello": False, "message": f"{type(e).__name__}: {e}"})
         return
-    protocol.write_message(answers, {"hello": True, "up": walls.up, "missing": walls.missing})
+    wire.write_message(answers, {"hello": True, "up": walls.up, "missing": walls.missing})
     try:
         _serve(walls, harness, requests, answers)
     finally:

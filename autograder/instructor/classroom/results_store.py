@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
-from autograder.engine.exercise import Verdict
+from autograder.engine.model import Verdict
 from autograder.engine.provenance import fingerprint
 from autograder.files import write_atomically
 

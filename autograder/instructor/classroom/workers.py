@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection, wait
 
 from autograder.engine import limits
 from autograder.engine.assignments import ASSIGNMENTS
-from autograder.engine.exercise import Verdict, grader_problem
+from autograder.engine.model import Verdict, grader_problem
 
 
 @dataclass(frozen=True)

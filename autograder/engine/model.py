@@ -1,0 +1,126 @@
+"""What an exercise is and what a verdict says: the types every check declares itself with (``Exercise``,
+``Mistake``) and every channel reads (``Verdict``). How a verdict is reached is ``judging``'s.
+"""
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from autograder.engine import limits, tolerances
+from autograder.engine.protocols import PROTOCOLS, Case, call_function
+
+_GRADER_PROBLEM = "评分环境出了问题，不是你的代码的问题"
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A known mistake: a wrong implementation with the reference's signature (``fn``); where the wrong
+    outputs vary too much to reproduce, a test of the student's output (``matches(case, got)``); or, for a
+    mistake that shows as an error rather than an output, a pattern searched for in the error message and the
+    student's line it quotes (``error``, a regular expression)."""
+
+    name: str
+    hint: str
+    fn: Callable | None = None
+    matches: Callable[[Case, Any], bool] | None = None
+    error: str | None = None
+    # Run ``fn`` on the case's own dtype rather than on float64: for mistakes that are about precision.
+    native_dtype: bool = False
+    # The cases whose outputs this mistake defines to their tolerance (all when None); on the others the
+    # student's rounding, not the mistake, decides the numbers (cosines of 10⁸ radians in float32). For a
+    # ``matches`` mistake, the cases where it cannot come out right: a right output there rules it out.
+    tried_on: Callable[[Case], bool] | None = None
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """What a grader needs to know about one exercise of the contract (the names and shapes each notebook states)."""
+
+    name: str
+    points: int
+    reference: Callable
+    cases: Callable[[], list[Case]]
+    mistakes: tuple[Mistake, ...] = ()
+    output_names: tuple[str, ...] = ()
+    tolerance_overrides: dict = field(default_factory=dict)
+    # How the code is called, from ``autograder.engine.protocols`` (it runs in the sandbox, so it must live there).
+    call: Callable[[Callable, Case], Any] = call_function
+    # Extra properties the output must have beyond matching the reference, e.g. exact zeros.
+    verify: Callable[[Case, Any], "str | None"] | None = None
+    # Positions of the output that no implementation defines (padding queries): any finite value is right.
+    free: Callable[[Case], Any] | None = None
+    # The notebook's name that holds the code, when it is not the exercise's (a method of a class).
+    defines: str = ""
+    # For a call protocol that returns ``(output, stages)``: the stages in order, ``(key, label)``. Only the
+    # output is graded; the first stage that differs from the reference's is named in the message.
+    stages: tuple[tuple[str, str], ...] = ()
+    # Other exercises (contract names) that a student's version of this one builds on. When the student's code
+    # uses one (or the call protocol hands it over, ``protocols.PULLED``) and it fails its own check, the
+    # verdict names it instead of diagnosing this exercise on a broken base.
+    uses: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if PROTOCOLS.get(self.call.__name__) is not self.call:
+            raise ValueError(f"{self.name}: call must be one of autograder.engine.protocols.PROTOCOLS, which the sandbox knows "
+                             f"by name; got {self.call!r}")
+
+    def graded(self, value):
+        """The part of a call's result that is graded (the output, without the stages)."""
+        return value[0] if self.stages and isinstance(value, (tuple, list)) and len(value) == 2 else value
+
+    @property
+    def definition(self) -> str:
+        return self.defines or self.name
+
+    def free_in(self, case: Case):
+        """The positions of ``case``'s output where any finite value is right (``free``), or None."""
+        return self.free(case) if self.free else None
+
+    def tolerance(self, dtype: torch.dtype) -> tolerances.Tolerance:
+        return tolerances.for_dtype(dtype, self.tolerance_overrides)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    exercise: str
+    points: int
+    max_points: int
+    summary: str  # one line
+    details: str = ""
+    grader_problem: bool = False  # the grader could not judge this exercise; not the student's doing
+    mistake: str = ""  # the known mistake the code matches, when one does (for a class's table of mistakes)
+
+    def __post_init__(self):
+        # Every text of a verdict may carry the student's words (a returned string, an error message): cleaned
+        # and capped here, where each channel (terminal, results.json, the class store, feedback pages,
+        # nbgrader cells) takes its text from.
+        for name, cap in (("summary", limits.SUMMARY_CHARS), ("details", limits.MESSAGE_CHARS),
+                          ("mistake", limits.SUMMARY_CHARS)):
+            object.__setattr__(self, name, _clean(str(getattr(self, name)), cap))
+
+    @property
+    def passed(self) -> bool:
+        return self.points == self.max_points
+
+    @property
+    def message(self) -> str:
+        return self.summary + ("\n" + self.details if self.details else "")
+
+    def headline(self) -> str:
+        """A failed verdict as the student reads it: the exercise, its zero out of the points, the message (a
+        failed pytest test, a hidden-test cell's error, nbgrader's error output)."""
+        return f"{self.exercise}（0/{self.max_points} 分）：{self.message}"
+
+
+def grader_problem(exercise: Exercise, what: str) -> Verdict:
+    """A verdict saying that the grader, not the student, failed on this exercise."""
+    return Verdict(exercise.name, 0, exercise.points, f"{_GRADER_PROBLEM}：{what}",
+                   "请把这条信息告诉老师或助教；修好评分环境后重新评分。", grader_problem=True)
+
+
+def _clean(text: str, cap: int) -> str:
+    """Text safe to print anywhere: no control characters (terminal escapes) but newlines and tabs, at most
+    ``cap`` characters (cut ones end in "……")."""
+    kept = "".join(ch for ch in text[:cap + 1] if ch in "\n\t" or (ch >= " " and not 0x7f <= ord(ch) < 0xa0))
+    return kept if len(kept) <= cap else kept[:cap - 2] + "……"

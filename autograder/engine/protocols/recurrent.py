@@ -1,0 +1,81 @@
+"""The protocols of 08: the recurrent rules (``call_rule``), the causal conv (``call_conv``) and the Gated
+DeltaNet layer (``call_recurrent_decoder``), each also continued from the state it handed back, which must give
+what one call over the whole sequence gives."""
+import torch
+
+from autograder.engine.protocols.case import Case, build, neighbour, pair
+from autograder.engine.protocols.modules import feed, run_decoder
+
+
+def call_rule(fn, case: Case) -> tuple:
+    """A rule ``fn(q, k, v, *per_position, state=None, **options) → (o, state)`` (q, k, v ``[B, H, T, D]``, the
+    per-position tensors such as g and beta ``[B, H, T]``), called once; or, when ``case.kwargs`` holds a
+    ``split``, on the first ``split`` positions and then from the state it returned on the rest:
+    ``(o of both calls joined along T, the last state)``, which one call over the whole sequence gives too.
+    The other kwargs (a ``state`` to start from, ``chunk_size``) go to both calls."""
+    kwargs = dict(case.kwargs)
+    split = kwargs.pop("split", None)
+    if split is None:
+        return _with_kept_state(fn(*case.args, **kwargs), case.dtype)
+
+    def part(t, where):
+        return t[..., where, :] if t.dim() == 4 else t[..., where]
+    return _with_kept_state(_in_two_calls(fn, tuple(part(t, slice(None, split)) for t in case.args),
+                                          tuple(part(t, slice(split, None)) for t in case.args), kwargs, "state", -2),
+                            case.dtype)
+
+
+def call_conv(fn, case: Case) -> tuple:
+    """``fn(x, weight, conv_state=None) → (y, conv_state)`` called once; or, when ``case.kwargs`` holds a
+    ``split``, on the first ``split`` positions of ``x [B, C, T]`` and then from the conv state it returned on
+    the rest: ``(y of both calls joined along T, the last conv state)``. A ``conv_state`` among the kwargs is
+    where the first call starts."""
+    kwargs = dict(case.kwargs)
+    split = kwargs.pop("split", None)
+    if split is None:
+        return _with_kept_state(fn(*case.args, **kwargs), case.dtype)
+    x, weight = case.args
+    return _with_kept_state(_in_two_calls(fn, (x[..., :split], weight), (x[..., split:], weight), kwargs,
+                                          "conv_state", -1), case.dtype)
+
+
+def call_recurrent_decoder(cls, case: Case):
+    """A Gated DeltaNet layer's ``forward(x, attention_mask=None, cache=None) → (out, cache)``: on the whole of
+    x (``out``), or through one ``GatedDeltaNetCache`` (the one defined next to ``cls``) in the chunks
+    ``case.kwargs["steps"]`` gives, each call seeing the mask's columns up to its last position. Then returns
+    the outputs joined along the sequence and what the cache holds at the end: ``(out, conv_state,
+    recurrent_state)``, the states as graded (``kept_state``: kept in float32, as Hugging Face keeps them, is
+    right)."""
+    attention_mask, steps = case.kwargs.get("attention_mask"), case.kwargs.get("steps")
+    if steps is None:
+        return run_decoder(cls, case, "GatedDeltaNetCache", "forward")
+    init, weights, x = case.args
+    with torch.no_grad():
+        cache = neighbour(cls, "GatedDeltaNetCache")()
+        out = feed(build(cls, init, weights, case.dtype), cache, x, attention_mask, steps, "就地更新它的状态")
+    return out, kept_state(cache.conv_state, case.dtype), kept_state(cache.recurrent_state, case.dtype)
+
+
+def kept_state(state, dtype: torch.dtype):
+    """A state that the code under test handed back, as graded for input of ``dtype``: one kept in float32, as
+    Hugging Face's kernels and its cache keep every state whatever the input, counts as one in the input's dtype.
+    The one rule for every state of 08, the rules' and the layer cache's; any other dtype is left for the
+    comparison to refuse."""
+    if isinstance(state, torch.Tensor) and state.dtype == torch.float32 != dtype:
+        return state.to(dtype)
+    return state
+
+
+def _with_kept_state(result, dtype: torch.dtype):
+    """``(out, state)`` with the state as graded (``kept_state``); anything else as it is, for the comparison."""
+    if isinstance(result, (tuple, list)) and len(result) == 2:
+        return result[0], kept_state(result[1], dtype)
+    return result
+
+
+def _in_two_calls(fn, first: tuple, rest: tuple, kwargs: dict, state_name: str, dim: int) -> tuple:
+    """``fn(*first, **kwargs)``, then ``fn(*rest, **kwargs, state_name=the state it returned)``: the two
+    outputs joined along ``dim`` and the last state."""
+    out, state = pair(fn(*first, **kwargs), fn.__name__)
+    more, state = pair(fn(*rest, **{**kwargs, state_name: state}), fn.__name__)
+    return torch.cat([out, more], dim=dim), state
