@@ -27,7 +27,8 @@ sys.path.insert(0, {str(REPO)!r})
 from autograder.engine import output_store
 from autograder.engine.assignments import EXERCISES
 from autograder.engine.judging import grade
-from autograder.engine.protocols import Case
+from autograder.engine.student_code import Cell
+from tests import student_code_08 as student
 counts = {{"read": 0, "computed": 0}}
 read = output_store.read
 def counted(where):
