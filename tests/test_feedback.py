@@ -12,7 +12,7 @@ from autograder.engine.compare import compare
 from autograder.engine.grading import grade_cells, judge
 from autograder.engine.student_code import Cell
 from tests import student_code as student_01
-from tests import student_code_03, student_code_04
+from tests import student_code_03, student_code_04, tiers
 
 REAL_MODEL = {e.name for e in ASSIGNMENTS["07_real_model"]}
 
@@ -29,7 +29,7 @@ def _verdicts(assignment: str, source: str, sandbox) -> dict:
     return {v.exercise: v for v in grade_cells(assignment, _cells(source), sandbox)}
 
 
-@pytest.mark.parametrize("exercise", EXERCISES.values(), ids=list(EXERCISES))
+@pytest.mark.parametrize("exercise", [pytest.param(e, marks=tiers.marks(e.name), id=e.name) for e in EXERCISES.values()])
 def test_no_two_known_mistakes_give_the_same_outputs_on_every_case(exercise, request):
     """A name is only as good as the cases that tell it from the others: every known mistake given as code
     differs from the reference on some case, and from every other such mistake on some case."""
