@@ -5,19 +5,18 @@ from pathlib import Path
 
 from autograder.engine.assignments import ASSIGNMENTS
 from tests.notebooks import filled, released, source_solutions, write_submission
-from tests.student_code import MISTAKES_01
-from tests.student_code_02 import MISTAKES as MISTAKES_02
-from tests.student_code_03 import MISTAKES as MISTAKES_03
-from tests.student_code_04 import MISTAKES as MISTAKES_04
-from tests.student_code_07 import MISTAKES as MISTAKES_07
-from tests.student_code_gate_qwen35 import MISTAKES as MISTAKES_GATE_QWEN35
+from tests.students import ALL, a08
+
+# 08's seeded mistakes are left out of the class: with them, every class written from a seed would change.
+IN_THE_CLASS = tuple(module for module in ALL if module is not a08)
 
 
 def seeded_mistakes() -> dict[str, list[tuple[str, str, str]]]:
-    """Assignment -> its seeded mistakes (exercise, the name the grader gives it, the student's code)."""
+    """Assignment -> its seeded mistakes (exercise, the name the grader gives it, the student's code), each under
+    the assignment of its exercise (06's student's ``rope_cos_sin`` under 04)."""
     owner = {e.name: a for a, exercises in ASSIGNMENTS.items() for e in exercises}
     found: dict[str, list] = {}
-    for mistake in MISTAKES_01 + MISTAKES_02 + MISTAKES_03 + MISTAKES_04 + MISTAKES_GATE_QWEN35 + MISTAKES_07:
+    for mistake in (mistake for module in IN_THE_CLASS for mistake in module.MISTAKES):
         found.setdefault(owner[mistake[0]], []).append(mistake)
     return found
 

@@ -19,6 +19,7 @@ import nbformat
 from autograder.engine.ipynb import parse_code_cells
 from autograder.engine.student_code import Cell
 from tests.notebooks import filled, source_solutions
+from tests.students.notebook import at_definition
 
 
 @dataclass(frozen=True)
@@ -85,24 +86,6 @@ _DEFINING = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 def _names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
-def _at_definition(node: ast.stmt) -> set[str]:
-    """The names a top-level statement needs while it runs (not when what it defines is later called): a
-    definition's decorators, bases, defaults and annotations, and a class body's statements outside its methods."""
-    if isinstance(node, ast.ClassDef):
-        needed = set().union(*map(_names, [*node.decorator_list, *node.bases, *node.keywords]))
-        for item in node.body:
-            needed |= _at_definition(item) if isinstance(item, _DEFINING) else _names(item)
-        return needed
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        args = node.args
-        parts = [*node.decorator_list, *args.defaults, *[d for d in args.kw_defaults if d is not None]]
-        parts += [a.annotation for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg)
-                  if a is not None and a.annotation is not None]
-        parts += [node.returns] if node.returns is not None else []
-        return set().union(*map(_names, parts))
-    return _names(node)
 
 
 def _defined(node: ast.stmt) -> set[str]:
@@ -218,7 +201,7 @@ def _imports_inside(tree, block):
         inside = set().union(*map(_names, function.body))
         at = _body_start(function)
         function.body[at:at] = _imports_for(inside)
-    return _prepend(tree, _imports_for(set().union(*map(_at_definition, tree.body))))
+    return _prepend(tree, _imports_for(set().union(*map(at_definition, tree.body))))
 
 
 def _spelled_out(tree, block):
@@ -341,7 +324,7 @@ def _callers_first(blocks: list[Block]) -> list[Block]:
     pieces = [piece for block in blocks if block.role == "answer" for piece in _pieces(block)]
     trees = [ast.parse(p.source) for p in pieces]
     defines = [set().union(*map(_defined, t.body)) for t in trees]
-    needs = [set().union(*map(_at_definition, t.body)) for t in trees]
+    needs = [set().union(*map(at_definition, t.body)) for t in trees]
     after = [{j for j in range(i) if defines[j] & (needs[i] | defines[i])} for i in range(len(trees))]
     wanted, placed = list(reversed(range(len(trees)))), []
     while wanted:  # the lowest piece left can always go: every earlier one is placed

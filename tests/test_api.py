@@ -8,7 +8,7 @@ import autograder
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.submission import SubmissionError
 from tests.notebooks import ASSIGNMENT, filled, released_path, source_solutions, write_submission
-from tests.student_code import MISTAKES_01, notebook_code
+from tests.students import a01
 
 
 def test_a_solved_notebook_gets_every_point_and_is_left_as_it_was(tmp_path):
@@ -27,13 +27,13 @@ def test_the_released_stubs_are_not_implemented():
 
 
 def test_grade_code_names_a_known_mistake():
-    exercise, named, code = next(m for m in MISTAKES_01 if m[0] == "padding_mask")
-    verdict = autograder.grade_code(exercise, notebook_code({exercise: code}))
+    exercise, named, code = next(m for m in a01.MISTAKES if m[0] == "padding_mask")
+    verdict = autograder.grade_code(exercise, a01.source({exercise: code}))
     assert not verdict.passed and named in verdict.message and verdict.mistake
 
 
 def test_grade_code_passes_correct_code():
-    verdict = autograder.grade_code("causal_mask", notebook_code({"causal_mask": source_solutions()["causal_mask"]}))
+    verdict = autograder.grade_code("causal_mask", a01.source({"causal_mask": source_solutions()["causal_mask"]}))
     assert verdict.passed and verdict.points == verdict.max_points
 
 

@@ -24,11 +24,11 @@ from autograder.instructor.classroom.graded_class import record_file, state_fold
 from course.layout import ROOT as REPO
 from tests.class_of_students import half_done, hostile, with_mistake
 from tests.notebooks import filled, released, source_solutions, write_submission
-from tests.student_code import MISTAKES_01
+from tests.students import a01
 
 A = "01_attention_basics"
 CAP = 3  # seconds per notebook: far above an honest 01 notebook, and the stalling one costs no more
-MISTAKE = next(m for m in MISTAKES_01 if m[0] == "padding_mask")  # no later exercise calls padding_mask
+MISTAKE = next(m for m in a01.MISTAKES if m[0] == "padding_mask")  # no later exercise calls padding_mask
 POINTS = {e.name: e.points for e in ASSIGNMENTS[A]}
 FULL = sum(POINTS.values())
 HALF = sum(list(POINTS.values())[:(len(POINTS) + 1) // 2])  # what tests.class_of_students.half_done solves

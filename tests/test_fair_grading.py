@@ -7,8 +7,7 @@ from autograder.engine.compare import compare
 from autograder.engine.judging import grade
 from autograder.engine.student_code import Cell
 from autograder.engine.tolerances import Tolerance
-from tests import student_code_02
-from tests.student_code import CORRECT_01, notebook_code
+from tests.students import a01, a02, notebook
 
 HUGGING_FACE_LAYER = '''
 import torch
@@ -58,17 +57,16 @@ def test_hugging_faces_own_layer_passes_every_case_of_the_qwen35_check():
 
 
 def test_nan_in_the_rows_of_padding_queries_is_still_a_mistake():
-    blind_rows_nan = CORRECT_01["masked_softmax"].replace("torch.nan_to_num(weights, nan=0.0)", "weights")
-    header = student_code_02.HEADER.replace(CORRECT_01["masked_softmax"], blind_rows_nan)
-    source = header + "\n".join(student_code_02.CORRECT.values())
-    verdict = grade(EXERCISES["MultiHeadAttention"], [Cell("代码单元 #1", source)])
+    blind_rows_nan = a01.CORRECT["masked_softmax"].replace("torch.nan_to_num(weights, nan=0.0)", "weights")
+    header = a02.HEADER.replace(a01.CORRECT["masked_softmax"], blind_rows_nan)  # in the cell the notebook provides
+    verdict = grade(EXERCISES["MultiHeadAttention"], notebook.cells(notebook.layout(header, a02.CORRECT)))
     assert not verdict.passed
     assert "输出里有 NaN 或 inf" in verdict.summary and "padding 的 query 那几行" in verdict.details, verdict.message
     assert "左侧" in verdict.details
 
 
 def test_answers_computed_in_float32_inside_pass_the_float64_cases():
-    cells = [Cell("代码单元 #1", notebook_code(FLOAT32_INSIDE))]
+    cells = a01.cells(FLOAT32_INSIDE)
     for name in FLOAT32_INSIDE:
         verdict = grade(EXERCISES[name], cells)
         assert verdict.passed, verdict.message

@@ -11,22 +11,18 @@ from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from autograder.engine.compare import compare
 from autograder.engine.grading import grade_cells, judge
 from autograder.engine.student_code import Cell
-from tests import student_code as student_01
-from tests import student_code_03, student_code_04, tiers
+from tests import tiers
+from tests.students import a01, a03, a04
 
 REAL_MODEL = {e.name for e in ASSIGNMENTS["07_real_model"]}
 
 
-def _cells(source: str) -> list[Cell]:
-    return [Cell("代码单元 #1", source)]
+def _code_01(**replace) -> list[Cell]:
+    return a01.cells(replace)
 
 
-def _code_01(**replace) -> str:
-    return student_01.HEADER + "\n".join({**student_01.CORRECT_01, **replace}.values())
-
-
-def _verdicts(assignment: str, source: str, sandbox) -> dict:
-    return {v.exercise: v for v in grade_cells(assignment, _cells(source), sandbox)}
+def _verdicts(assignment: str, cells: list[Cell], sandbox) -> dict:
+    return {v.exercise: v for v in grade_cells(assignment, cells, sandbox)}
 
 
 @pytest.mark.parametrize("exercise", [pytest.param(e, marks=tiers.marks(e.name), id=e.name) for e in EXERCISES.values()])
@@ -68,10 +64,10 @@ def test_every_dependency_is_an_exercise_of_the_course():
 def test_a_scale_that_equals_a_known_one_on_one_case_is_not_named(sandbox):
     """Megatron-LM #1501 scales MLA scores by 1/√(hidden/heads). On the first MLA case that equals the
     tutorial's 1/(√d + √d_rope); the cases after it tell them apart, so neither scale is named."""
-    source = student_code_04.notebook_code({"MultiHeadLatentAttention": student_code_04._mla().replace(
+    cells = a04.cells({"MultiHeadLatentAttention": a04._mla().replace(
         "self.softmax_scale = 1.0 / math.sqrt(d_qk)",
         "self.softmax_scale = 1.0 / math.sqrt(config.hidden_size / self.n_heads)")})
-    verdict = judge(EXERCISES["MultiHeadLatentAttention"], _cells(source), sandbox)
+    verdict = judge(EXERCISES["MultiHeadLatentAttention"], cells, sandbox)
     assert not verdict.passed
     assert verdict.mistake == "" and "看起来是" not in verdict.details, verdict.message
 
@@ -79,18 +75,18 @@ def test_a_scale_that_equals_a_known_one_on_one_case_is_not_named(sandbox):
 def test_d_to_the_one_half_is_not_called_a_forgotten_scale(sandbox):
     """``d ** 1/2`` is d / 2: right when D = 4, a factor 2/√D otherwise. It is not "忘了除以 √D"; the clue gives
     the factor."""
-    source = _code_01(attention_scores='''
+    cells = _code_01(attention_scores='''
 def attention_scores(q, k):
     d = q.shape[-1]
     return q @ k.transpose(-2, -1) / d ** 1/2
 ''')
-    verdict = judge(EXERCISES["attention_scores"], _cells(source), sandbox)
+    verdict = judge(EXERCISES["attention_scores"], cells, sandbox)
     assert not verdict.passed and verdict.mistake == "", verdict.message
     assert "线索：整个输出正好是参考的" in verdict.details, verdict.message
 
 
 def test_a_correct_exercise_on_a_broken_helper_names_the_helper(sandbox):
-    broken = student_01.CORRECT_01["masked_softmax"].replace("dim=-1", "dim=-2")
+    broken = a01.CORRECT["masked_softmax"].replace("dim=-1", "dim=-2")
     verdicts = _verdicts("01_attention_basics", _code_01(masked_softmax=broken), sandbox)
     assert not verdicts["masked_softmax"].passed
     attention = verdicts["attention"]
@@ -101,7 +97,7 @@ def test_a_correct_exercise_on_a_broken_helper_names_the_helper(sandbox):
 
 
 def test_a_helper_the_exercise_does_not_call_is_not_blamed(sandbox):
-    broken = student_01.CORRECT_01["masked_softmax"].replace("dim=-1", "dim=-2")
+    broken = a01.CORRECT["masked_softmax"].replace("dim=-1", "dim=-2")
     own_softmax = '''
 def attention(q, k, v, mask=None):
     scores = attention_scores(q, k)
@@ -116,7 +112,7 @@ def attention(q, k, v, mask=None):
 
 def test_a_helper_reached_through_another_function_is_found(sandbox):
     """The exercise calls a function of the student's own, which calls the broken helper."""
-    broken = student_01.CORRECT_01["masked_softmax"].replace("dim=-1", "dim=-2")
+    broken = a01.CORRECT["masked_softmax"].replace("dim=-1", "dim=-2")
     through = '''
 def _weights(q, k, mask):
     return masked_softmax(attention_scores(q, k), mask)
@@ -131,12 +127,12 @@ def attention(q, k, v, mask=None):
 
 def test_a_cache_that_takes_more_arguments_is_called_as_the_module_calls_it(sandbox):
     """The decode check records what the module hands its cache, and forwards every argument."""
-    cache = student_code_03.CORRECT["KVCache"].replace("def update(self, k, v):", "def update(self, k, v, layer=None):")
-    module = student_code_03.CORRECT["GroupedQueryAttention"].replace(
+    cache = a03.CORRECT["KVCache"].replace("def update(self, k, v):", "def update(self, k, v, layer=None):")
+    module = a03.CORRECT["GroupedQueryAttention"].replace(
         "k, v = cache.update(k, v)", "k, v = cache.update(k, v, layer=0)")
-    assert module != student_code_03.CORRECT["GroupedQueryAttention"]
-    source = student_code_03.notebook_code({"KVCache": cache, "GroupedQueryAttention": module})
-    verdict = judge(EXERCISES["GroupedQueryAttention"], _cells(source), sandbox)
+    assert module != a03.CORRECT["GroupedQueryAttention"]
+    verdict = judge(EXERCISES["GroupedQueryAttention"], a03.cells({"KVCache": cache, "GroupedQueryAttention": module}),
+                    sandbox)
     assert verdict.passed, verdict.message
 
 
@@ -177,11 +173,11 @@ def test_pytorchs_errors_are_told_in_the_courses_terms(what):
 
 def test_a_raising_exercise_gets_the_meaning_of_its_error(sandbox):
     """KV heads repeated along the sequence (prime-rl #2681): the scores cannot be formed."""
-    source = student_code_03.notebook_code({"repeat_kv": '''
+    cells = a03.cells({"repeat_kv": '''
 def repeat_kv(x, n_rep):
     return torch.repeat_interleave(x, n_rep, dim=2)
 '''})
-    verdict = judge(EXERCISES["GroupedQueryAttention"], _cells(source), sandbox)
+    verdict = judge(EXERCISES["GroupedQueryAttention"], cells, sandbox)
     assert not verdict.passed
     assert "repeat_kv" in verdict.summary or "这是什么意思" in verdict.details, verdict.message
 
@@ -221,7 +217,7 @@ def test_a_huge_string_with_terminal_escapes_reaches_no_channel_whole(sandbox):
 def attention_scores(q, k):
     return "\\x1b[2J\\x1b[31m" + "A" * 20_000_000
 '''
-    verdict = judge(EXERCISES["attention_scores"], _cells(source), sandbox)
+    verdict = judge(EXERCISES["attention_scores"], [Cell("代码单元 #1", source)], sandbox)
     assert not verdict.passed and not verdict.grader_problem
     for text, cap in ((verdict.summary, limits.SUMMARY_CHARS), (verdict.details, limits.MESSAGE_CHARS)):
         assert len(text) <= cap and "\x1b" not in text, text[:200]

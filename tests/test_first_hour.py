@@ -11,7 +11,7 @@ from course.layout import ROOT as REPO
 from course.tools.workspace import copy_notebooks
 from tests.commands import pytest_autograder
 from tests.notebooks import ASSIGNMENT, filled, released_path, source_solutions, write_submission
-from tests.student_code import MISTAKES_01, notebook_code
+from tests.students import a01
 
 
 def run(*command, **kwargs):
@@ -68,7 +68,7 @@ def test_without_a_submission_the_grader_takes_the_work_folder_when_there_is_one
 
 def _message(exercise: str, source: str, shown: str = "In [7]") -> str:
     verdict = grade(EXERCISES[exercise], [Cell("代码单元 #1", "lower = 3", "In [2]"),
-                                          Cell("代码单元 #2", notebook_code({exercise: source}), shown)])
+                                          Cell("代码单元 #2", a01.source({exercise: source}), shown)])
     assert not verdict.passed
     return verdict.message
 
@@ -91,7 +91,7 @@ def test_k_dot_t_is_named():
 
 
 def test_attention_names_a_masked_softmax_that_fills_with_a_big_negative_number():
-    big_negative = next(code for name, named, code in MISTAKES_01 if named == "用一个很大的负数代替了真正的掩码")
-    verdict = grade(EXERCISES["attention"], [Cell("代码单元 #1", notebook_code({"masked_softmax": big_negative}))])
+    big_negative = next(code for name, named, code in a01.MISTAKES if named == "用一个很大的负数代替了真正的掩码")
+    verdict = grade(EXERCISES["attention"], a01.cells({"masked_softmax": big_negative}))
     assert verdict.mistake == "用的 masked_softmax 在整行被遮住时没有给出全 0", verdict.message
 

@@ -33,13 +33,13 @@ from autograder.instructor.classroom import gradescope_bundle
 from course import smollm2
 from course.cache import cache_dir
 from tests.notebooks import filled, released, write_submission
-from tests.student_code import CORRECT_01, MISTAKES_01
+from tests.students import a01
 from tests.test_gradescope_bundle import A, gradescope_problems
 
 SYSTEM_PYTHON = Path("/usr/bin/python3")
-MISTAKE = next(m for m in MISTAKES_01 if m[1] == "掩码反了")
+MISTAKE = next(m for m in a01.MISTAKES if m[1] == "掩码反了")
 POINTS = {e.name: e.points for e in ASSIGNMENTS[A]}
-SUBMISSIONS = {"correct": filled(CORRECT_01), "mistaken": filled({**CORRECT_01, MISTAKE[0]: MISTAKE[2]}),
+SUBMISSIONS = {"correct": filled(a01.CORRECT), "mistaken": filled({**a01.CORRECT, MISTAKE[0]: MISTAKE[2]}),
                "untouched": released()}
 SCORES = {"correct": sum(POINTS.values()), "mistaken": sum(POINTS.values()) - POINTS[MISTAKE[0]], "untouched": 0}
 GRADER = 10001  # the grading image's user (deploy/Dockerfile)

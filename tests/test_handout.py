@@ -20,14 +20,12 @@ from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from autograder.engine.grading import grade_cells, notebook_cells
 from autograder.engine.judging import grade
 from autograder.engine.sandbox.client import shared
-from autograder.engine.student_code import Cell
 from autograder.instructor.handout import main, provided_answers
 from autograder.instructor.release import solution_code
 from course import inplace, layout
 from course.layout import ROOT as REPO
 from course.tools import workspace
-from tests import student_code, student_code_02
-from tests.student_code import MISTAKES_01
+from tests.students import a01, a02
 
 A, B = "01_attention_basics", "02_multi_head"
 RELEASED = [a for a in ASSIGNMENTS if (REPO / "release" / a).is_dir()]
@@ -190,7 +188,7 @@ def _run_check(assignment: str, exercise: str, solution: str) -> str:
 
 
 def test_the_visible_check_fails_a_solution_that_changes_its_input_in_place(capsys):
-    in_place = next(code for name, mistake, code in MISTAKES_01 if name == "masked_softmax" and "原地" in mistake)
+    in_place = next(code for name, mistake, code in a01.MISTAKES if name == "masked_softmax" and "原地" in mistake)
     with pytest.raises(AssertionError, match=r"masked_softmax 原地修改了输入：调用之后，输入的值变了：参数 scores。") as failed:
         _run_check(A, "masked_softmax", in_place)
     assert "x.clone()" in str(failed.value) and "0 分" in str(failed.value)
@@ -201,15 +199,14 @@ def test_the_visible_check_fails_a_solution_that_changes_its_input_in_place(caps
 def test_the_grader_names_a_changed_input_as_the_visible_check_does():
     """The grader applies the visible check's rule (``course.inplace``) and its words: an input is named by the
     parameter of the student's own code it is handed to, for a function and for a module's forward alike."""
-    in_place = next(code for name, mistake, code in MISTAKES_01 if name == "masked_softmax" and "原地" in mistake)
-    verdict = grade(EXERCISES["masked_softmax"], [Cell("代码单元 #1", student_code.notebook_code({"masked_softmax": in_place}))])
+    in_place = next(code for name, mistake, code in a01.MISTAKES if name == "masked_softmax" and "原地" in mistake)
+    verdict = grade(EXERCISES["masked_softmax"], a01.cells({"masked_softmax": in_place}))
     assert verdict.mistake == "原地修改了输入" and "调用之后，输入的值变了：参数 scores。" in verdict.details, verdict.message
-    forward = student_code_02.CORRECT["MultiHeadAttention"].replace(
+    forward = a02.CORRECT["MultiHeadAttention"].replace(
         "def forward(self, x, attention_mask=None, causal=True):",
         "def forward(self, hidden, attention_mask=None, causal=True):\n        x = hidden.clone()").replace(
         "        return self.o_proj(", "        hidden.mul_(2)\n        return self.o_proj(")
-    verdict = grade(EXERCISES["MultiHeadAttention"],
-                    [Cell("代码单元 #1", student_code_02.notebook_code({"MultiHeadAttention": forward}))])
+    verdict = grade(EXERCISES["MultiHeadAttention"], a02.cells({"MultiHeadAttention": forward}))
     assert verdict.mistake == "原地修改了输入" and "调用之后，输入的值变了：参数 hidden。" in verdict.details, verdict.message
     assert set(protocols.HANDED) <= set(protocols.PROTOCOLS)
 

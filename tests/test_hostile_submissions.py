@@ -24,7 +24,7 @@ from autograder.engine.sandbox.report import MAGIC, from_bytes
 from autograder.engine.student_code import Cell
 from course import qwen35_weights
 from course.layout import ROOT as REPO
-from tests.student_code import notebook_code
+from tests.students import a01
 
 SCORES = EXERCISES["attention_scores"]
 FIRST = ASSIGNMENTS["01_attention_basics"]
@@ -40,7 +40,7 @@ def wall_variants(needed_abi: int, wall: str) -> list:
 
 
 def cells_with(attack: str) -> list[Cell]:
-    return [Cell("代码单元 #1", notebook_code({"attention_scores": attack}))]
+    return [Cell("代码单元 #1", a01.source({"attention_scores": attack}))]  # the attack runs as written, in one cell
 
 
 def graded(attack: str, sandbox=None, timeout_s: float = 10):
@@ -400,7 +400,7 @@ def test_an_honest_notebook_after_the_attacks_gets_full_marks():
         attacked = [graded(source, sandbox, timeout_s=1) for source in
                     [KILL, FORGE, claiming(*CLAIMS["a 1.5 GiB tensor"]), LEFTOVER.format(name="attn-leftover-2"),
                      *(CAPPED[c][0] for c in caps)]]
-        verdicts = [grade(e, [Cell("代码单元 #1", notebook_code())], sandbox=sandbox) for e in FIRST]
+        verdicts = [grade(e, a01.cells(), sandbox=sandbox) for e in FIRST]
     finally:
         sandbox.stop()
     assert [v.passed for v in attacked] == [True, False, False, False, *[False] * len(caps)], \

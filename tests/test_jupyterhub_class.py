@@ -45,7 +45,7 @@ from autograder.instructor.release import build_source_notebook, source_file
 from course.layout import ROOT as REPO
 from tests.chromium import CHROMIUM, answers, free_port, launched
 from tests.notebooks import ASSIGNMENT, filled, source_solutions
-from tests.student_code import MISTAKES_01
+from tests.students import a01
 
 DEPLOY = REPO / "deploy" / "jupyterhub"
 PREFIX = "attn-hub-"
@@ -54,7 +54,7 @@ STUDENTS, INSTRUCTORS = PREFIX + "students", PREFIX + "instructors"
 MEMBERS = {STUDENT: STUDENTS, MISTAKEN: STUDENTS, TEACHER: INSTRUCTORS, GRADER: None}
 PASSWORD = "attention-hub-test-password"
 SERVICE = "/services/attention-course"
-MISTAKE = next(m for m in MISTAKES_01 if m[0] == "padding_mask")  # no later exercise calls padding_mask
+MISTAKE = next(m for m in a01.MISTAKES if m[0] == "padding_mask")  # no later exercise calls padding_mask
 MISTAKE_POINTS = next(e.points for e in ASSIGNMENTS[ASSIGNMENT] if e.name == "padding_mask")
 NOTEBOOKS = {STUDENT: filled(source_solutions()), MISTAKEN: filled({**source_solutions(), "padding_mask": MISTAKE[2]})}
 FULL_MARKS = sum(e.points for e in ASSIGNMENTS[ASSIGNMENT])

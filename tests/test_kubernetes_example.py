@@ -21,7 +21,7 @@ from autograder.instructor.classroom import gradescope_bundle
 from autograder.instructor.classroom.graded_class import state_folder
 from course.layout import ROOT as REPO
 from tests.notebooks import filled, released, write_submission
-from tests.student_code import CORRECT_01, MISTAKES_01
+from tests.students import a01
 from tests.test_course_grade import A, course_grade, grades, outputs
 
 DOCKERFILE = REPO / gradescope_bundle.DOCKERFILE
@@ -102,8 +102,8 @@ def recorded(command: str, data: Path, env: dict[str, str]) -> list[str]:
 @pytest.mark.slow  # one course-grade run over a class of nine, then eight shards and their merge
 def test_every_completion_index_grades_its_shard_and_the_merge_equals_one_run(tmp_path):
     data = tmp_path / "data"
-    mistake = next(m for m in MISTAKES_01 if m[0] == "padding_mask")
-    kinds = [filled(CORRECT_01), filled({**CORRECT_01, mistake[0]: mistake[2]}), released()]
+    mistake = next(m for m in a01.MISTAKES if m[0] == "padding_mask")
+    kinds = [filled(a01.CORRECT), filled({**a01.CORRECT, mistake[0]: mistake[2]}), released()]
     students = [f"{name}_{i}" for i, name in enumerate(["li", "wang", "zhang", "liu", "chen", "yang", "zhao",
                                                          "huang", "zhou"])]
     for i, student in enumerate(students):  # three kinds of notebook, each graded once however many hand it in

@@ -17,7 +17,7 @@ from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.grading import grade_notebook
 from autograder.instructor.classroom.course_grade import main as course_grade
 from tests.notebooks import filled, released, source_solutions, write_submission
-from tests.student_code import MISTAKES_01
+from tests.students import a01
 
 # Three channels, each started cold on 18 notebooks (nbgrader twice, course-grade's workers): a minute.
 pytestmark = [pytest.mark.nbgrader, pytest.mark.slow]
@@ -30,7 +30,7 @@ def attention(q, k, v, mask=None):
 """
 
 
-MISTAKE = next(m for m in MISTAKES_01 if m[0] == "padding_mask")  # no later exercise calls padding_mask
+MISTAKE = next(m for m in a01.MISTAKES if m[0] == "padding_mask")  # no later exercise calls padding_mask
 HOSTILE = "aaa-hostile"  # nbgrader grades students in name order: this one goes first
 
 

@@ -5,15 +5,13 @@ import pytest
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from autograder.engine.grading import grade_notebook
 from tests.notebooks import filled, source_solutions, write_submission
-from tests.student_code import MISTAKES_01
-from tests.student_code_03 import MISTAKES as MISTAKES_03
-from tests.student_code_gate_qwen35 import MISTAKES as MISTAKES_GATE
+from tests.students import a01, a03, a05
 
 # One mistake per assignment, in an exercise that no later exercise of the notebook calls.
 ONE_MISTAKE = [
-    ("01_attention_basics", next(m for m in MISTAKES_01 if m[0] == "padding_mask")),
-    ("03_gqa_kv_cache", next(m for m in MISTAKES_03 if m[0] == "kv_cache_bytes")),
-    ("05_output_gate", next(m for m in MISTAKES_GATE if m[0] == "gate_gradient")),
+    ("01_attention_basics", next(m for m in a01.MISTAKES if m[0] == "padding_mask")),
+    ("03_gqa_kv_cache", next(m for m in a03.MISTAKES if m[0] == "kv_cache_bytes")),
+    ("05_output_gate", next(m for m in a05.MISTAKES if m[0] == "gate_gradient")),
 ]
 
 

@@ -27,8 +27,7 @@ sys.path.insert(0, {str(REPO)!r})
 from autograder.engine import output_store
 from autograder.engine.assignments import EXERCISES
 from autograder.engine.judging import grade
-from autograder.engine.student_code import Cell
-from tests import student_code_08 as student
+from tests.students import a08 as student
 counts = {{"read": 0, "computed": 0}}
 read = output_store.read
 def counted(where):
@@ -37,7 +36,7 @@ def counted(where):
     return found
 output_store.read = counted
 source = next(m[2] for m in student.MISTAKES if m[1] == {NAMED!r})
-verdict = grade(EXERCISES["Qwen35GatedDeltaNet"], [Cell("代码单元 #1", student.notebook_code({{"Qwen35GatedDeltaNet": source}}))])
+verdict = grade(EXERCISES["Qwen35GatedDeltaNet"], student.cells({{"Qwen35GatedDeltaNet": source}}))
 print(verdict.summary)
 print(counts["read"], counts["computed"])
 '''

@@ -37,7 +37,7 @@ from autograder.instructor.classroom.results_store import NotebookResult, Result
 from course import smollm2
 from course.cache import CACHE_ENV
 from course.stored_tensors import StoredTensors
-from tests import student_code, student_code_02, student_code_03, student_code_07
+from tests.students import a01, a02, a03, a07
 
 OUTPUT = (torch.arange(6.0).view(2, 3), {"mask": torch.tensor([True, False]), "n": 3, "scale": 0.5},
           ("text", None, False))
@@ -328,7 +328,7 @@ class Hollow(torch.Tensor):
 
 def _returning(expression: str) -> list[Cell]:
     scores = f"{HOLLOW}\ndef attention_scores(q, k):\n    return {expression}\n"
-    return _cells(student_code.notebook_code({"attention_scores": scores}))
+    return a01.cells({"attention_scores": scores})
 
 
 @pytest.mark.parametrize("what", UNCARRIED)
@@ -362,7 +362,7 @@ class Refusing(torch.Tensor):
 @pytest.mark.parametrize("how", TORCH_SUBCLASSES)
 def test_a_tensor_subclass_is_graded_as_the_values_it_holds(how):
     scores = f"{REFUSING}\ndef attention_scores(q, k):\n    return {TORCH_SUBCLASSES[how]}\n"
-    verdict = grade(EXERCISES["attention_scores"], _cells(student_code.notebook_code({"attention_scores": scores})))
+    verdict = grade(EXERCISES["attention_scores"], a01.cells({"attention_scores": scores}))
     assert verdict.passed, verdict.message
 
 
@@ -396,13 +396,9 @@ def broken_model(tmp_path_factory):
     sandbox.stop()
 
 
-def _cells(source: str) -> list[Cell]:
-    return [Cell("代码单元 #1", source)]
-
-
 def test_unreadable_model_files_are_the_graders_problem_and_are_graded_again(broken_model, tmp_path):
     sandbox, exercise = broken_model
-    verdict = grade(exercise, _cells(student_code_07.notebook_code()), sandbox=sandbox)
+    verdict = grade(exercise, a07.cells(), sandbox=sandbox)
     assert verdict.grader_problem and not verdict.passed, verdict.message
     assert "评分环境出了问题，不是你的代码的问题" in verdict.summary and "读不到" in verdict.summary, verdict.message
     store = ResultStore(tmp_path)
@@ -419,7 +415,7 @@ def test_unreadable_stored_weights_are_the_graders_problem_too():
     init, weights, x = case.args
     unreadable = StoredTensors(tuple((name, "/nonexistent/attention-course/weights.safetensors", name) for name in weights))
     broken = dataclasses.replace(case, args=(init, unreadable, x))
-    verdict = grade(dataclasses.replace(exercise, cases=lambda: [broken]), _cells(student_code_02.notebook_code()))
+    verdict = grade(dataclasses.replace(exercise, cases=lambda: [broken]), a02.cells())
     assert verdict.grader_problem and not verdict.passed, verdict.message
     assert "读不到课程缓存里的权重" in verdict.summary, verdict.message
 
@@ -449,7 +445,7 @@ def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
 @pytest.mark.parametrize("how", STUDENT_RAISES)
 def test_a_student_who_raises_a_grader_problem_just_fails(broken_model, how):
     sandbox, exercise = broken_model
-    verdict = grade(exercise, _cells(student_code_07.notebook_code({"greedy_generate": STUDENT_RAISES[how]})),
+    verdict = grade(exercise, a07.cells({"greedy_generate": STUDENT_RAISES[how]}),
                     sandbox=sandbox)
     assert not verdict.grader_problem and not verdict.passed, verdict.message
     assert verdict.summary.startswith("运行出错：GraderProblem"), verdict.message
@@ -464,7 +460,7 @@ def attention_scores(q, k):
     found = [c for c in gc.get_objects() if isinstance(c, type) and c.__name__ == "GraderProblem"]
     raise found[0]("评分环境出了问题")
 '''
-    verdict = grade(EXERCISES["attention_scores"], _cells(student_code.notebook_code({"attention_scores": attack})))
+    verdict = grade(EXERCISES["attention_scores"], a01.cells({"attention_scores": attack}))
     assert not verdict.grader_problem and verdict.summary.startswith("运行出错：GraderProblem"), verdict.message
 
 
@@ -480,20 +476,20 @@ class _Answering:
 
 def test_a_grader_problems_message_is_cleaned():
     report = Report({"attention_scores": "代码单元 #1"}, {}, outcomes=(GraderError("读不到\x1b[2J模型" + "!" * 10**5),))
-    verdict = grade(EXERCISES["attention_scores"], _cells(student_code.notebook_code()), sandbox=_Answering(report))
+    verdict = grade(EXERCISES["attention_scores"], a01.cells(), sandbox=_Answering(report))
     assert verdict.grader_problem and "读不到[2J模型" in verdict.summary and "\x1b" not in verdict.summary
     assert len(verdict.summary) < 3000
 
 
 SUBCLASSED = {
-    "an int subclass": ("kv_cache_bytes", student_code_03, '''
+    "an int subclass": ("kv_cache_bytes", a03, '''
 class Bytes(int):
     pass
 
 def kv_cache_bytes(batch, seq_len, num_layers, num_kv_heads, head_dim, bytes_per_elem):
     return Bytes(2 * num_kv_heads * head_dim * bytes_per_elem * num_layers * seq_len * batch)
 '''),
-    "a dict key whose str() is a str subclass": ("kv_cache_bytes", student_code_03, '''
+    "a dict key whose str() is a str subclass": ("kv_cache_bytes", a03, '''
 class Name(str):
     pass
 
@@ -513,6 +509,6 @@ def test_builtin_subclasses_in_an_output_are_made_plain_and_graded(how):
     the int it is, the dict as a dict (and judged wrong on its output), neither as a forged report nor as a
     report the sandbox could not write."""
     name, module, source = SUBCLASSED[how]
-    verdict = grade(EXERCISES[name], _cells(module.notebook_code({name: source})))
+    verdict = grade(EXERCISES[name], module.cells({name: source}))
     assert verdict.passed or verdict.summary.startswith("没有通过："), verdict.message
     assert verdict.passed == (how == "an int subclass"), verdict.message

@@ -12,7 +12,7 @@ from course.layout import ROOT as REPO
 from tests.class_of_students import with_mistake
 from tests.notebooks import filled, released, source_solutions, write_submission
 from tests.slurm import missing, single_node_cluster
-from tests.student_code import MISTAKES_01
+from tests.students import a01
 from tests.test_course_grade import course_grade, outputs
 
 SCRIPT = REPO / "deploy" / "slurm-course-grade.sh"
@@ -48,7 +48,7 @@ def submitted(cluster, *args, **variables) -> subprocess.CompletedProcess:
 def test_the_array_and_the_merge_give_one_runs_outputs(cluster, tmp_path):
     folder, out = tmp_path / "submitted", tmp_path / "graded"
     write_submission(folder / "alice", filled(source_solutions(A)))
-    write_submission(folder / "bob", with_mistake(A, MISTAKES_01[0]))
+    write_submission(folder / "bob", with_mistake(A, a01.MISTAKES[0]))
     write_submission(folder / "carol", released(A))
     run = submitted(cluster, CLASS=str(folder), OUT=str(out), SHARDS="2")  # every other size its default
     assert run.returncode == 0, run.stdout + run.stderr

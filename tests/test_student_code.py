@@ -7,12 +7,12 @@ from autograder.engine.assignments import EXERCISES
 from autograder.engine.ipynb import NotebookError, read_code_cells
 from autograder.engine.judging import grade
 from autograder.engine.student_code import Cell, student_code
-from tests.student_code import notebook_code
+from tests.students import a01
 
 
 def test_demo_cells_magics_and_plots_are_not_run(tmp_path):
     cells = [
-        Cell("代码单元 #1", "%matplotlib inline\nimport matplotlib.pyplot as plt\n" + notebook_code()),
+        Cell("代码单元 #1", "%matplotlib inline\nimport matplotlib.pyplot as plt\n" + a01.source()),
         Cell("代码单元 #2", "plt.plot([1, 2])\nraise RuntimeError('a demo that fails')"),
         Cell("代码单元 #3", "%%time\nwhile True: pass"),
         Cell("代码单元 #4", "EPS = 1e-6\nlower = 3\nfor i in range(10**12): pass"),
@@ -24,13 +24,13 @@ def test_demo_cells_magics_and_plots_are_not_run(tmp_path):
 
 
 def test_renamed_function_is_reported_with_the_close_name():
-    code = [Cell("代码单元 #1", notebook_code().replace("def causal_mask", "def causal_masks"))]
+    code = [Cell("代码单元 #1", a01.source().replace("def causal_mask", "def causal_masks"))]
     verdict = grade(EXERCISES["causal_mask"], code)
     assert "找不到 `causal_mask`" in verdict.message and "causal_masks" in verdict.message
 
 
 def test_syntax_error_in_the_exercise_cell_is_reported():
-    code = [Cell("代码单元 #1", notebook_code()),
+    code = [Cell("代码单元 #1", a01.source()),
                          Cell("代码单元 #2", "def padding_mask(attention_mask)\n    return 1")]
     assert grade(EXERCISES["padding_mask"], code).passed  # the earlier definition still counts
     code = [Cell("代码单元 #1", "import torch\ndef padding_mask(attention_mask)\n    return 1")]
@@ -39,7 +39,7 @@ def test_syntax_error_in_the_exercise_cell_is_reported():
 
 
 def test_error_points_at_the_students_line():
-    code = [Cell("代码单元 #1", notebook_code({"causal_mask": "def causal_mask(q_len, k_len=None):\n"
+    code = [Cell("代码单元 #1", a01.source({"causal_mask": "def causal_mask(q_len, k_len=None):\n"
                                                                           "    x = 1\n    return x.shape\n"}))]
     verdict = grade(EXERCISES["causal_mask"], code)
     assert "AttributeError" in verdict.summary

@@ -1,9 +1,11 @@
 """Student code for 03_gqa_kv_cache: correct answers and seeded mistakes, written independently of
 ``solutions/`` and of the graders' mistake catalogue."""
-from tests.student_code import CORRECT_01
+from tests.students import a01, notebook
+
+ASSIGNMENT = "03_gqa_kv_cache"
 
 # The notebook provides assignment 01's functions; here a student's own answers to 01 stand in.
-HEADER = "import math\nimport torch\nfrom torch import nn\n" + "\n".join(CORRECT_01.values())
+HEADER = "import math\nimport torch\nfrom torch import nn\n" + "\n".join(a01.CORRECT.values())
 
 # The notebook hands these out ready-made (assignment 02's answers).
 READY = '''
@@ -268,7 +270,20 @@ class GroupedQueryAttention(nn.Module):
                        "    raise NotImplementedError()\n",
 }
 
+# Other right ways to write the code, which the grader must accept too.
+OTHER_CORRECT = []
 
-def notebook_code(replace: dict[str, str] | None = None) -> str:
-    """The source of one cell defining all of 03 (after the ready-made cell), with some definitions replaced."""
-    return HEADER + READY + "\n".join({**CORRECT, **(replace or {})}.values())
+
+def layout(replace: dict[str, str] | None = None) -> list[notebook.Piece]:
+    """The student's notebook, cell by cell (``tests/students/notebook.py``), with some answers replaced."""
+    return notebook.layout(HEADER + READY, notebook.answers(CORRECT, replace))
+
+
+def cells(replace: dict[str, str] | None = None) -> list[notebook.Cell]:
+    """The cells the grader reads from the student's notebook, with some answers replaced."""
+    return notebook.cells(layout(replace))
+
+
+def source(replace: dict[str, str] | None = None) -> str:
+    """The same code as one cell's source, every import at the top (what ``autograder.grade_code`` takes)."""
+    return HEADER + READY + "\n".join(notebook.answers(CORRECT, replace).values())

@@ -1,12 +1,13 @@
 """Student code for 07_real_model: correct answers and seeded mistakes, written independently of
 ``solutions/`` and of the graders' mistake catalogue."""
-from tests import student_code_03, student_code_04
-from tests.student_code import CORRECT_01
+from tests.students import a01, a03, a04, notebook
+
+ASSIGNMENT = "07_real_model"
 
 # The notebook provides the answers of 01-04 that 07 builds on; here a student's own answers stand in.
-HEADER = ("import math\nimport torch\nfrom torch import nn\n" + "\n".join(CORRECT_01.values()) + student_code_03.READY
-          + student_code_03.CORRECT["KVCache"] + student_code_03.CORRECT["repeat_kv"]
-          + student_code_04.CORRECT["rope_cos_sin"] + student_code_04.CORRECT["apply_rope"])
+HEADER = ("import math\nimport torch\nfrom torch import nn\n" + "\n".join(a01.CORRECT.values()) + a03.READY
+          + a03.CORRECT["KVCache"] + a03.CORRECT["repeat_kv"]
+          + a04.CORRECT["rope_cos_sin"] + a04.CORRECT["apply_rope"])
 
 _INIT = '''
 class LlamaAttention(nn.Module):
@@ -427,7 +428,16 @@ class LlamaAttention(nn.Module):
 }
 
 
-def notebook_code(replace: dict[str, str] | None = None) -> str:
-    """The source of one cell defining all of 07 (after the provided answers of 01-04), with some
-    definitions replaced."""
-    return HEADER + "\n".join({**CORRECT, **(replace or {})}.values())
+def layout(replace: dict[str, str] | None = None) -> list[notebook.Piece]:
+    """The student's notebook, cell by cell (``tests/students/notebook.py``), with some answers replaced."""
+    return notebook.layout(HEADER, notebook.answers(CORRECT, replace))
+
+
+def cells(replace: dict[str, str] | None = None) -> list[notebook.Cell]:
+    """The cells the grader reads from the student's notebook, with some answers replaced."""
+    return notebook.cells(layout(replace))
+
+
+def source(replace: dict[str, str] | None = None) -> str:
+    """The same code as one cell's source, every import at the top (what ``autograder.grade_code`` takes)."""
+    return HEADER + "\n".join(notebook.answers(CORRECT, replace).values())

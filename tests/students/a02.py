@@ -1,9 +1,11 @@
 """Student code for 02_multi_head: correct answers and seeded mistakes, written independently of
 ``solutions/`` and of the graders' mistake catalogue."""
-from tests.student_code import CORRECT_01
+from tests.students import a01, notebook
+
+ASSIGNMENT = "02_multi_head"
 
 # The notebook provides assignment 01's functions; here a student's own answers to 01 stand in.
-HEADER = "import math\nimport torch\nfrom torch import nn\n" + "\n".join(CORRECT_01.values())
+HEADER = "import math\nimport torch\nfrom torch import nn\n" + "\n".join(a01.CORRECT.values())
 
 CORRECT = {
     "split_heads": '''
@@ -143,7 +145,20 @@ class MultiHeadAttention(nn.Module):
 ''',
 }
 
+# Other right ways to write the code, which the grader must accept too.
+OTHER_CORRECT = []
 
-def notebook_code(replace: dict[str, str] | None = None) -> str:
-    """The source of one cell defining all of 02, with some definitions replaced."""
-    return HEADER + "\n".join({**CORRECT, **(replace or {})}.values())
+
+def layout(replace: dict[str, str] | None = None) -> list[notebook.Piece]:
+    """The student's notebook, cell by cell (``tests/students/notebook.py``), with some answers replaced."""
+    return notebook.layout(HEADER, notebook.answers(CORRECT, replace))
+
+
+def cells(replace: dict[str, str] | None = None) -> list[notebook.Cell]:
+    """The cells the grader reads from the student's notebook, with some answers replaced."""
+    return notebook.cells(layout(replace))
+
+
+def source(replace: dict[str, str] | None = None) -> str:
+    """The same code as one cell's source, every import at the top (what ``autograder.grade_code`` takes)."""
+    return HEADER + "\n".join(notebook.answers(CORRECT, replace).values())

@@ -1,7 +1,10 @@
 """Student code for 08_gated_deltanet: correct answers and seeded mistakes, written independently of
 ``solutions/`` and of the graders' mistake catalogue (einsum and matmul loops in the input's own dtype, the
 chunked form padded to whole chunks with the inverse built by forward substitution, the conv by ``unfold``)."""
-from tests.student_code import swapped
+from tests.students import notebook
+from tests.students.notebook import swapped
+
+ASSIGNMENT = "08_gated_deltanet"
 
 # What the notebook provides: imports and the cache class the layer decodes through.
 HEADER = '''
@@ -335,7 +338,16 @@ class Qwen35GatedDeltaNet(nn.Module):
 }
 
 
-def notebook_code(replace: dict[str, str] | None = None) -> str:
-    """The source of one cell defining all of 08 (after what the notebook provides), with some definitions
-    replaced."""
-    return HEADER + "\n".join({**CORRECT, **(replace or {})}.values())
+def layout(replace: dict[str, str] | None = None) -> list[notebook.Piece]:
+    """The student's notebook, cell by cell (``tests/students/notebook.py``), with some answers replaced."""
+    return notebook.layout(HEADER, notebook.answers(CORRECT, replace))
+
+
+def cells(replace: dict[str, str] | None = None) -> list[notebook.Cell]:
+    """The cells the grader reads from the student's notebook, with some answers replaced."""
+    return notebook.cells(layout(replace))
+
+
+def source(replace: dict[str, str] | None = None) -> str:
+    """The same code as one cell's source, every import at the top (what ``autograder.grade_code`` takes)."""
+    return HEADER + "\n".join(notebook.answers(CORRECT, replace).values())

@@ -1,35 +1,14 @@
-"""Student code for 05_output_gate and 06_qwen35_attention: correct answers and seeded mistakes, written
-independently of ``solutions/`` and of the graders' mistake catalogue."""
+"""Student code for 06_qwen35_attention: correct answers and seeded mistakes, written independently of
+``solutions/`` and of the graders' mistake catalogue. The student wrote ``rope_cos_sin`` (04's exercise, which the
+notebook provides) again, and it is graded as 04's."""
+from tests.students import a05, notebook
 
-HEADER = "import math\nimport torch\nfrom torch import nn\n"
+ASSIGNMENT = "06_qwen35_attention"
 
 # 06 builds on attention from 01 and the gate from 05; a student's notebook has these ready-made.
-BLOCKS = '''
-def attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    return weights @ v, weights
-'''
+HEADER = a05.HEADER + a05.BLOCKS + a05.CORRECT["split_query_gate"] + a05.CORRECT["apply_output_gate"]
 
 CORRECT = {
-    "split_query_gate": '''
-def split_query_gate(q_out, num_heads, head_dim):
-    b, t, _ = q_out.shape
-    both = q_out.view(b, t, num_heads, 2 * head_dim)
-    return both[..., :head_dim], both[..., head_dim:]
-''',
-    "apply_output_gate": '''
-def apply_output_gate(attn_out, gate):
-    return attn_out * torch.sigmoid(gate)
-''',
-    "gate_gradient": '''
-def gate_gradient(x, w, r, o, t):
-    g = torch.sigmoid(x @ w)
-    err = r + g * o - t
-    return x.T @ (err * o * g * (1 - g))
-''',
     "ZeroCenteredRMSNorm": '''
 class ZeroCenteredRMSNorm(nn.Module):
     def __init__(self, dim, eps=1e-6):
@@ -100,35 +79,6 @@ def _layer_with(old: str, new: str) -> str:
 
 # (exercise, fragment the grader must name, the student's code)
 MISTAKES = [
-    ("split_query_gate", "前一半 / 后一半", '''
-def split_query_gate(q_out, num_heads, head_dim):
-    q, g = torch.chunk(q_out, 2, dim=-1)
-    b, t, _ = q_out.shape
-    return q.reshape(b, t, num_heads, head_dim), g.reshape(b, t, num_heads, head_dim)
-'''),
-    ("split_query_gate", "query 和门弄反了", '''
-def split_query_gate(q_out, num_heads, head_dim):
-    g, q = q_out.unflatten(-1, (num_heads, 2 * head_dim)).chunk(2, dim=-1)
-    return q, g
-'''),
-    ("apply_output_gate", "没有过 sigmoid", '''
-def apply_output_gate(attn_out, gate):
-    return attn_out * gate
-'''),
-    ("apply_output_gate", "1 − sigmoid", '''
-def apply_output_gate(attn_out, gate):
-    return attn_out * torch.sigmoid(-gate)
-'''),
-    ("gate_gradient", "漏了 sigmoid 的导数", '''
-def gate_gradient(x, w, r, o, t):
-    y = r + torch.sigmoid(x @ w) * o
-    return ((y - t) * o) @ x
-'''),
-    ("gate_gradient", "符号反了", '''
-def gate_gradient(x, w, r, o, t):
-    g = torch.sigmoid(x @ w)
-    return ((t - r - g * o) * o * g * (1 - g)) @ x
-'''),
     ("ZeroCenteredRMSNorm", "乘的是 weight 而不是 (1 + weight)",
      CORRECT["ZeroCenteredRMSNorm"].replace("(1 + self.weight.to(torch.float32))", "self.weight.to(torch.float32)")),
     ("ZeroCenteredRMSNorm", "没有在 float32 里计算",
@@ -193,7 +143,104 @@ def apply_partial_rope(x, cos, sin):
         "out = apply_output_gate(out.transpose(1, 2), gate)", "out = (out.transpose(1, 2) * gate)")),
 ]
 
+# The released notebook's answer cells, as a student finds them.
+STUBS = {
+    "ZeroCenteredRMSNorm": '''
+class ZeroCenteredRMSNorm(nn.Module):
+    """Zero-centred RMSNorm over the last dim: x * rsqrt(mean(x^2) + eps) * (1 + weight).
 
-def notebook_code(replace: dict[str, str] | None = None) -> str:
-    """One cell defining the building blocks and every exercise of 05 and 06, some replaced."""
-    return HEADER + BLOCKS + "\n".join({**CORRECT, **(replace or {})}.values())
+    weight: [dim], initialised to zeros (so a fresh norm scales by exactly 1).
+    forward(x [..., dim]) -> [..., dim], computed in float32 and returned in x's dtype.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        # 在这里写你的代码
+        raise NotImplementedError()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # 在这里写你的代码
+        raise NotImplementedError()
+''',
+    "rope_cos_sin": '''
+def rope_cos_sin(positions: torch.Tensor, rotary_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE tables for rotate-half.
+
+    positions: [T] integer positions. Frequency i is theta^(-2i / rotary_dim), i < rotary_dim / 2.
+    Returns (cos, sin), each [T, rotary_dim] float32, the angle table being cat(freqs, freqs).
+    """
+    # 在这里写你的代码
+    raise NotImplementedError()
+''',
+    "apply_partial_rope": '''
+def apply_partial_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE on the first rotary_dim dims of each head; the other dims pass through.
+
+    x: [B, H, T, D]; cos, sin: [T, rotary_dim] (rotary_dim <= D), cast to x's dtype.
+    Returns [B, H, T, D] in x's dtype.
+    """
+    # 在这里写你的代码
+    raise NotImplementedError()
+''',
+    "Qwen35Attention": '''
+class Qwen35Attention(nn.Module):
+    """Qwen3.5 gated attention: GQA, QK-Norm, partial RoPE and a sigmoid output gate.
+
+    config: Hugging Face attribute names (hidden_size, num_attention_heads, num_key_value_heads,
+    head_dim, rms_norm_eps); d = hidden_size. Submodules q_proj [H*2D, d], k_proj / v_proj [Hkv*D, d],
+    o_proj [d, H*D], q_norm / k_norm [D], so a checkpoint's state dict loads unchanged.
+    forward(x [B, T, d], cos / sin [T, rotary_dim], attention_mask [B, T] of 0/1 or None)
+    -> [B, T, d].
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        # 在这里写你的代码
+        raise NotImplementedError()
+
+    def project(self, x: torch.Tensor):
+        """Step 1: x [B, T, d] -> query, gate [B, T, H, D] and key, value [B, T, Hkv, D]."""
+        # 在这里写你的代码
+        raise NotImplementedError()
+
+    def position(self, query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """Step 2: QK-Norm per head, heads before time, partial RoPE -> [B, H, T, D] and [B, Hkv, T, D]."""
+        # 在这里写你的代码
+        raise NotImplementedError()
+
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """Step 3: causal (and padding) attention with shared KV heads -> [B, H, T, D]; value is [B, T, Hkv, D]."""
+        # 在这里写你的代码
+        raise NotImplementedError()
+
+    def gate_and_project(self, out: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """Step 4: out [B, H, T, D] gated by sigmoid(gate [B, T, H, D]), heads merged, o_proj -> [B, T, d]."""
+        # 在这里写你的代码
+        raise NotImplementedError()
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        query, gate, key, value = self.project(x)
+        query, key = self.position(query, key, cos, sin)
+        return self.gate_and_project(self.attend(query, key, value, attention_mask), gate)
+''',
+}
+
+# Other right ways to write the code, which the grader must accept too.
+OTHER_CORRECT = []
+
+
+def layout(replace: dict[str, str] | None = None) -> list[notebook.Piece]:
+    """The student's notebook, cell by cell (``tests/students/notebook.py``), with some answers replaced."""
+    return notebook.layout(HEADER, notebook.answers(CORRECT, replace))
+
+
+def cells(replace: dict[str, str] | None = None) -> list[notebook.Cell]:
+    """The cells the grader reads from the student's notebook, with some answers replaced."""
+    return notebook.cells(layout(replace))
+
+
+def source(replace: dict[str, str] | None = None) -> str:
+    """The same code as one cell's source, every import at the top (what ``autograder.grade_code`` takes)."""
+    return HEADER + "\n".join(notebook.answers(CORRECT, replace).values())

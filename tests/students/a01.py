@@ -3,8 +3,12 @@
 Written independently of ``solutions/`` and of the graders' mistake catalogue, so that a grader
 naming a mistake is evidence, not an echo.
 """
+from tests.students import notebook
+from tests.students.notebook import swapped
 
-CORRECT_01 = {
+ASSIGNMENT = "01_attention_basics"
+
+CORRECT = {
     "attention_scores": '''
 def attention_scores(q, k):
     d = q.size(-1)
@@ -91,16 +95,8 @@ def online_softmax_attention(q, k, v, mask=None, block_size=16):
 '''
 
 
-def swapped(source: str, *pairs: str) -> str:
-    """``source`` with each ``old`` of ``(old, new, old, new, ...)`` replaced; each must be there."""
-    for old, new in zip(pairs[::2], pairs[1::2]):
-        assert old in source, old
-        source = source.replace(old, new)
-    return source
-
-
 # (exercise, what the grader should name — a fragment of its message, the student's code)
-MISTAKES_01 = [
+MISTAKES = [
     ("attention_scores", "忘了除以 √D", '''
 def attention_scores(q, k):
     return q @ k.transpose(-2, -1)
@@ -303,8 +299,90 @@ def online_softmax_attention(q, k, v, mask=None, block_size=16):
 '''),
 ]
 
+# The released notebook's answer cells, as a student finds them.
+STUBS = {
+    "attention_scores": '''
+def attention_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Scaled dot-product scores.
 
-def notebook_code(replace: dict[str, str] | None = None, header: str = HEADER) -> str:
-    """The source of one cell defining all of 01, with some functions replaced."""
-    functions = {**CORRECT_01, **(replace or {})}
-    return header + "\n".join(functions.values())
+    q: [..., Tq, D], k: [..., Tk, D] (leading dims equal or broadcastable).
+    Returns [..., Tq, Tk]: entry (i, j) is q_i . k_j / sqrt(D), in the dtype of q.
+    """
+    # 在这里写你的代码
+    raise NotImplementedError()
+''',
+    "causal_mask": '''
+def causal_mask(q_len: int, k_len: int | None = None, window: int | None = None) -> torch.Tensor:
+    """Causal mask, bool [q_len, k_len], True = may attend.
+
+    k_len defaults to q_len. The queries are the last q_len positions of the sequence, so query i
+    sits at absolute position p = k_len - q_len + i and may see every key j <= p. With a sliding
+    window (window=w), only the last w of them: p - w < j <= p.
+    """
+    # 在这里写你的代码
+    raise NotImplementedError()
+''',
+    "padding_mask": '''
+def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Key-padding mask, True = may attend.
+
+    attention_mask: [B, Tk] of 0/1 as a Hugging Face tokenizer returns it (1 = real token).
+    Returns bool [B, 1, 1, Tk], which broadcasts over heads and query rows of [B, H, Tq, Tk].
+    """
+    # 在这里写你的代码
+    raise NotImplementedError()
+''',
+    "masked_softmax": '''
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax over the last dim in which masked entries get exactly zero weight.
+
+    scores: [..., Tq, Tk]. mask: bool, broadcastable to scores, True = may attend (None = no mask).
+    Returns weights of the broadcast shape and the dtype of scores. Each row sums to 1, except a
+    fully masked row, which is all zeros (never NaN).
+    """
+    # 在这里写你的代码
+    raise NotImplementedError()
+''',
+    "attention": '''
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention.
+
+    q: [..., Tq, D], k: [..., Tk, D], v: [..., Tk, Dv]; mask: bool broadcastable to
+    [..., Tq, Tk], True = may attend (None = attend everywhere).
+    Returns (output [..., Tq, Dv], weights [..., Tq, Tk]), both in the dtype of the inputs.
+    """
+    # 在这里写你的代码
+    raise NotImplementedError()
+''',
+    "online_softmax_attention": '''
+def online_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+                             block_size: int = 16) -> torch.Tensor:
+    """attention(q, k, v, mask)[0], computed over blocks of block_size keys.
+
+    q: [..., Tq, D], k: [..., Tk, D], v: [..., Tk, Dv]; mask: bool broadcastable to [..., Tq, Tk],
+    True = may attend. Holds the scores of one block ([..., Tq, block_size]) at a time, with a running
+    max m and sum z per query ([..., Tq, 1]). Returns [..., Tq, Dv] in q's dtype; fully masked rows are 0.
+    """
+    # 在这里写你的代码
+    raise NotImplementedError()
+''',
+}
+
+# Other right ways to write the code, which the grader must accept too.
+OTHER_CORRECT = []
+
+
+def layout(replace: dict[str, str] | None = None) -> list[notebook.Piece]:
+    """The student's notebook, cell by cell (``tests/students/notebook.py``), with some answers replaced."""
+    return notebook.layout(HEADER, notebook.answers(CORRECT, replace))
+
+
+def cells(replace: dict[str, str] | None = None) -> list[notebook.Cell]:
+    """The cells the grader reads from the student's notebook, with some answers replaced."""
+    return notebook.cells(layout(replace))
+
+
+def source(replace: dict[str, str] | None = None) -> str:
+    """The same code as one cell's source, every import at the top (what ``autograder.grade_code`` takes)."""
+    return HEADER + "\n".join(notebook.answers(CORRECT, replace).values())
