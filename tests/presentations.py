@@ -59,6 +59,11 @@ def source_blocks(header: str, definitions: dict[str, str]) -> list[Block]:
     return [Block("imports", header), *(Block("answer", source, name) for name, source in definitions.items())]
 
 
+def student_blocks(pieces) -> list[Block]:
+    """A simulated student's notebook (``tests.students``: ``module.layout()``), cell by cell, as blocks."""
+    return [Block(piece.role, piece.source, piece.exercise) for piece in pieces]
+
+
 def notebook(blocks: list[Block]) -> nbformat.NotebookNode:
     """The blocks as an nbformat 4 notebook: each a code cell, with the metadata of the cell it came from."""
     nb = nbformat.v4.new_notebook()

@@ -1,14 +1,23 @@
 """A verdict depends on what the code computes, never on how it is written: every presentation of a correct notebook
-(``tests/presentations.py``) gets full points. Graded through the real path: a multi-cell ``.ipynb``, read as the
-grader reads a submission. (The same presentations of mistaken code: ``tests/test_metamorphic_mistakes.py``.)"""
+(``tests/presentations.py``) gets full points: the released notebooks solved, and the notebooks of the simulated
+students (``tests/students``) and of the natural mistakes' writer. Graded through the real path: a multi-cell
+``.ipynb``, read as the grader reads a submission. (The same presentations of mistaken code:
+``tests/test_metamorphic_mistakes.py``.)"""
 import ast
 
 import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.grading import grade_cells
-from tests import natural_mistakes
-from tests.presentations import PRESENTATIONS, graded_cells, present, released_blocks, source_blocks
+from tests import natural_mistakes, students
+from tests.presentations import (
+    PRESENTATIONS,
+    graded_cells,
+    present,
+    released_blocks,
+    source_blocks,
+    student_blocks,
+)
 
 
 def _failures(verdicts) -> list[str]:
@@ -21,6 +30,15 @@ def _failures(verdicts) -> list[str]:
 def test_the_reference_solutions_pass_in_every_presentation(assignment, presentation, sandbox):
     cells = graded_cells(present(presentation, released_blocks(assignment)), f"{assignment}.ipynb")
     assert not _failures(grade_cells(assignment, cells, sandbox))
+
+
+@pytest.mark.metamorphic
+@pytest.mark.parametrize("presentation", list(PRESENTATIONS))
+@pytest.mark.parametrize("module", students.ALL, ids=lambda m: m.ASSIGNMENT)
+def test_the_simulated_students_correct_code_passes_in_every_presentation(module, presentation, sandbox):
+    """The correct code of ``tests/students``, its notebook cell by cell as ``module.layout()`` writes it."""
+    cells = graded_cells(present(presentation, student_blocks(module.layout())))
+    assert not _failures(grade_cells(module.ASSIGNMENT, cells, sandbox))
 
 
 @pytest.mark.metamorphic

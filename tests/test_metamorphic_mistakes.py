@@ -1,13 +1,14 @@
-"""A mistake keeps its verdict and its name however the code is written: natural mistakes the grader names, graded
-in every presentation of ``tests/presentations.py`` through the real notebook path, one definition per cell."""
+"""A mistake keeps its verdict and its name however the code is written: natural mistakes the grader names, and the
+simulated students' seeded mistakes (``tests/students``), graded in every presentation of ``tests/presentations.py``
+through the real notebook path, one definition per cell."""
 import pytest
 
-from autograder.engine.assignments import ASSIGNMENTS
+from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from autograder.engine.grading import judge
-from tests import natural_mistakes
+from tests import natural_mistakes, students
 from tests.natural_mistakes import checks
 from tests.natural_mistakes.judged import NAMES
-from tests.presentations import PRESENTATIONS
+from tests.presentations import PRESENTATIONS, graded_cells, present, student_blocks
 
 pytestmark = pytest.mark.metamorphic
 
@@ -51,3 +52,36 @@ def test_a_mistake_keeps_its_verdict_and_its_name_in_every_presentation(module, 
     written = _verdicts(module, entry, "as written", sandbox)
     assert [(exercise, mistake) for exercise, _, mistake in written] == list(_named(entry).items())
     assert _verdicts(module, entry, presentation, sandbox) == written
+
+
+def _seeded():
+    """Per student and exercise, the first seeded mistake (every one is named: ``tests/test_seeded_mistakes.py``)."""
+    chosen, seen = [], set()
+    for module in students.ALL:
+        for name, named, source in module.MISTAKES:
+            if (module, name) not in seen:
+                seen.add((module, name))
+                chosen.append((module, name, named, source))
+    return chosen
+
+
+SEEDED = _seeded()
+
+
+def _seeded_verdict(module, name: str, source: str, presentation: str, sandbox) -> tuple:
+    """(points, named mistake) of the exercise in one presentation of the student's notebook with the mistake."""
+    key = (module.ASSIGNMENT, name, presentation)
+    if key not in _GRADED:
+        cells = graded_cells(present(presentation, student_blocks(module.layout({name: source}))))
+        verdict = judge(EXERCISES[name], cells, sandbox, verdicts={})
+        _GRADED[key] = (verdict.points, verdict.mistake)
+    return _GRADED[key]
+
+
+@pytest.mark.parametrize("presentation", [name for name in PRESENTATIONS if name != "as written"])
+@pytest.mark.parametrize("module, name, named, source", SEEDED, ids=[f"{m.ASSIGNMENT[:2]}-{n}" for m, n, _, _ in SEEDED])
+def test_a_seeded_mistake_keeps_its_verdict_and_its_name_in_every_presentation(module, name, named, source,
+                                                                               presentation, sandbox):
+    written = _seeded_verdict(module, name, source, "as written", sandbox)
+    assert written[0] == 0 and named in written[1], written
+    assert _seeded_verdict(module, name, source, presentation, sandbox) == written
