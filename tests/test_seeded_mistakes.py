@@ -18,6 +18,7 @@ from autograder.scoreboard import Scoreboard
 from course import smollm2
 from course.stored_tensors import StoredTensors
 from solutions import real_model
+from tests import tiers
 from tests.notebooks import filled, source_solutions, write_submission
 from tests.students import ALL, a01, a02, a03, a08, notebook
 
@@ -32,9 +33,19 @@ def _weights(module, request) -> None:
         request.getfixturevalue("smollm2_weights")
 
 
+def _beyond_the_first(module, name: str, entries: list) -> tuple:
+    """The marks of an entry of a real-size exercise (``tests/tiers.py``) when an earlier one of the same student
+    and exercise is in the default tier."""
+    return tiers.marks(name) if any(entry[0] == name for entry in entries) else ()
+
+
 ANSWERS = [(m, name) for m in ALL for name in m.CORRECT]
-OTHERS = [(m, *other) for m in ALL for other in m.OTHER_CORRECT]
-MISTAKES = [(m, *mistake) for m in ALL for mistake in m.MISTAKES]
+# The other correct ways of writing a real-size exercise, and its seeded mistakes but the first, run in the full run.
+OTHERS = [pytest.param(m, *other, marks=tiers.marks(other[0]), id=f"{_id(m)}-{other[0]}-{other[1]}")
+          for m in ALL for other in m.OTHER_CORRECT]
+MISTAKES = [pytest.param(m, *mistake, marks=_beyond_the_first(m, mistake[0], m.MISTAKES[:i]),
+                         id=f"{_id(m)}-{mistake[0]}-{mistake[1]}")
+            for m in ALL for i, mistake in enumerate(m.MISTAKES)]
 
 
 @pytest.mark.parametrize("module, name", ANSWERS, ids=[f"{_id(m)}-{name}" for m, name in ANSWERS])
@@ -52,7 +63,7 @@ def test_stub_fails_as_not_implemented(module, name, request):
     assert verdict.message == NOT_IMPLEMENTED
 
 
-@pytest.mark.parametrize("module, name, how, source", OTHERS, ids=[f"{_id(m[0])}-{m[1]}-{m[2]}" for m in OTHERS])
+@pytest.mark.parametrize("module, name, how, source", OTHERS)
 def test_other_correct_code_passes(module, name, how, source, request):
     _weights(module, request)
     verdict = grade(EXERCISES[name], module.cells({name: source}))
@@ -69,7 +80,7 @@ RAISES = {
 }
 
 
-@pytest.mark.parametrize("module, name, named, source", MISTAKES, ids=[f"{_id(m[0])}-{m[1]}-{m[2]}" for m in MISTAKES])
+@pytest.mark.parametrize("module, name, named, source", MISTAKES)
 def test_seeded_mistake_is_named(module, name, named, source, request):
     _weights(module, request)
     verdict = grade(EXERCISES[name], module.cells({name: source}))
