@@ -1,6 +1,7 @@
-"""A mistake keeps its verdict and its name however the code is written: natural mistakes the grader names, and the
-simulated students' seeded mistakes (``tests/students``), graded in every presentation of ``tests/presentations.py``
-through the real notebook path, one definition per cell."""
+"""A mistake keeps its verdict and its name however the code is written: natural mistakes the grader names, graded
+in every presentation of ``tests/presentations.py``, and the simulated students' seeded mistakes
+(``tests/students``), each in one presentation besides its own, through the real notebook path, one definition per
+cell."""
 import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
@@ -55,13 +56,16 @@ def test_a_mistake_keeps_its_verdict_and_its_name_in_every_presentation(module, 
 
 
 def _seeded():
-    """Per student and exercise, the first seeded mistake (every one is named: ``tests/test_seeded_mistakes.py``)."""
+    """Per student and exercise, the first seeded mistake (every one is named: ``tests/test_seeded_mistakes.py``),
+    with the presentation it is graded in: each takes the next one in turn, so that every presentation meets
+    seeded mistakes of several assignments (the natural mistakes meet every presentation each)."""
+    others = [name for name in PRESENTATIONS if name != "as written"]
     chosen, seen = [], set()
     for module in students.ALL:
         for name, named, source in module.MISTAKES:
             if (module, name) not in seen:
                 seen.add((module, name))
-                chosen.append((module, name, named, source))
+                chosen.append((module, name, named, source, others[len(chosen) % len(others)]))
     return chosen
 
 
@@ -70,18 +74,15 @@ SEEDED = _seeded()
 
 def _seeded_verdict(module, name: str, source: str, presentation: str, sandbox) -> tuple:
     """(points, named mistake) of the exercise in one presentation of the student's notebook with the mistake."""
-    key = (module.ASSIGNMENT, name, presentation)
-    if key not in _GRADED:
-        cells = graded_cells(present(presentation, student_blocks(module.layout({name: source}))))
-        verdict = judge(EXERCISES[name], cells, sandbox, verdicts={})
-        _GRADED[key] = (verdict.points, verdict.mistake)
-    return _GRADED[key]
+    cells = graded_cells(present(presentation, student_blocks(module.layout({name: source}))))
+    verdict = judge(EXERCISES[name], cells, sandbox, verdicts={})
+    return verdict.points, verdict.mistake
 
 
-@pytest.mark.parametrize("presentation", [name for name in PRESENTATIONS if name != "as written"])
-@pytest.mark.parametrize("module, name, named, source", SEEDED, ids=[f"{m.ASSIGNMENT[:2]}-{n}" for m, n, _, _ in SEEDED])
-def test_a_seeded_mistake_keeps_its_verdict_and_its_name_in_every_presentation(module, name, named, source,
-                                                                               presentation, sandbox):
+@pytest.mark.parametrize("module, name, named, source, presentation", SEEDED,
+                         ids=[f"{m.ASSIGNMENT[:2]}-{n}-{p}" for m, n, _, _, p in SEEDED])
+def test_a_seeded_mistake_keeps_its_verdict_and_its_name_in_another_presentation(module, name, named, source,
+                                                                                 presentation, sandbox):
     written = _seeded_verdict(module, name, source, "as written", sandbox)
     assert written[0] == 0 and named in written[1], written
     assert _seeded_verdict(module, name, source, presentation, sandbox) == written
