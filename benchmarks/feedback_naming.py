@@ -5,7 +5,7 @@ PyTorch error explained), or bare.
 
 Whether a name is the *right* name is a judgement against each entry's ``cause``; this script writes every
 message to --out (JSON) for that, and ``tests/natural_mistakes/judged.py`` keeps the judgements. Once they are
-judged, --write-names records there the names the messages gave (what ``tests/test_natural_mistakes.py`` holds
+judged, --write-names records there the names the messages gave (what ``tests/checks/test_natural_mistakes.py`` holds
 them to).
 
 Run: python benchmarks/feedback_naming.py [--only 01 04] [--out messages.json] [--write-names]

@@ -14,7 +14,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-# The course's prompt and its ids under the real Qwen3.5 tokenizer (tests/test_tokenizer.py checks them). The stand-in
+# The course's prompt and its ids under the real Qwen3.5 tokenizer (tests/course/test_tokenizer.py checks them). The stand-in
 # checkpoint stores the embedding rows of exactly these tokens.
 PROMPT = "今天天气不错，我们去公园"
 PROMPT_IDS = (97375, 101618, 98869, 3709, 116450, 99192)  # 今天 / 天气 / 不错 / ， / 我们去 / 公园

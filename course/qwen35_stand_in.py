@@ -51,7 +51,7 @@ MLP_LAYERS = (0, 1, 2, 3)  # the layers whose MLP (and post-attention norm) the 
 REPO_ID = "Qwen/Qwen3.5-0.8B"
 LANGUAGE_MODEL = "model.language_model."
 
-# What linear_layer_bytes makes, checked whenever a stand-in file is read (tests/test_weights.py checks that the
+# What linear_layer_bytes makes, checked whenever a stand-in file is read (tests/course/test_weights.py checks that the
 # recipe still makes these, and that data/qwen35_layer3/README.md quotes them).
 SHA256 = {
     0: "b911433b7c6e5c2a5cc59ad176e131f8a7b418e48df5d0d4e1c67458be5f510b",

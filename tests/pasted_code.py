@@ -6,7 +6,7 @@ rotate-half RoPE, Qwen3.5's per-head query/gate split, ``(o, state)`` from the 0
 
 Each ``Pasted`` is one whole answer cell, imports and helpers included. The correct ones must earn every point
 of their notebook; the ones with ``fails`` reproduce a bug that shipped in public code (``origin`` says where)
-and must fail exactly the exercises named there. ``tests/test_pasted_code.py`` grades them through the released
+and must fail exactly the exercises named there. ``tests/checks/test_pasted_code.py`` grades them through the released
 notebooks.
 """
 from dataclasses import dataclass

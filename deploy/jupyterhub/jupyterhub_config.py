@@ -17,7 +17,7 @@ Run it as root (it starts each server as its user), from the folder that keeps t
 
 The accounts, groups and paths below have defaults that setup.sh creates; the environment variables
 ATTENTION_COURSE_GRADER, ATTENTION_COURSE_GRADER_PYTHON, ATTENTION_COURSE_STUDENTS and
-ATTENTION_COURSE_INSTRUCTORS move them (tests/test_jupyterhub_class.py does).
+ATTENTION_COURSE_INSTRUCTORS move them (tests/deploy/test_jupyterhub_class.py does).
 """
 import grp
 import os

@@ -20,7 +20,7 @@ GRADER=${ATTENTION_COURSE_GRADER:-grader-attention}
 STUDENTS=${ATTENTION_COURSE_STUDENTS:-attention-students}
 INSTRUCTORS=${ATTENTION_COURSE_INSTRUCTORS:-attention-instructors}
 STUDENT_ENV=/opt/attention-course
-# The versions tests/test_jupyterhub_class.py runs; torch's CPU build (the README's), as the server has no GPU.
+# The versions tests/deploy/test_jupyterhub_class.py runs; torch's CPU build (the README's), as the server has no GPU.
 TORCH=torch==2.13.0
 TORCH_INDEX=https://download.pytorch.org/whl/cpu
 PINS=(jupyterhub==6.1.1 nbgrader==0.9.6 jupyterlab==4.6.6)

@@ -15,7 +15,7 @@ Each module ``aNN`` has:
   real notebook (``tests/students/notebook.py``: one definition per cell, imports added where they were missed,
   helpers after their callers); ``source(replace)``: the same code as one cell's source.
 
-``ALL`` holds them in the order of the assignments; the seeded-mistake tests (``tests/test_seeded_mistakes.py``) and
+``ALL`` holds them in the order of the assignments; the seeded-mistake tests (``tests/checks/test_seeded_mistakes.py``) and
 the metamorphic tier grade every one.
 """
 from tests.students import a01, a02, a03, a04, a05, a06, a07, a08

@@ -4,7 +4,7 @@ the renormalised result of the step before; removed tokens exactly 0.
 
 No case has a tie at the top-k or top-p boundary (the contract leaves ties undefined), and every boundary
 lies far enough from the nearest probability that rounding in the case's own dtype cannot move it
-(``tests/test_seeded_mistakes.py`` checks both)."""
+(``tests/checks/test_seeded_mistakes.py`` checks both)."""
 import torch
 
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape

@@ -32,9 +32,9 @@ from autograder.engine.sandbox.walls import PURPOSE
 from autograder.instructor.classroom import gradescope_bundle
 from course import smollm2
 from course.cache import cache_dir
+from tests.classroom.test_gradescope_bundle import A, gradescope_problems
 from tests.notebooks import filled, released, write_submission
 from tests.students import a01
-from tests.test_gradescope_bundle import A, gradescope_problems
 
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 MISTAKE = next(m for m in a01.MISTAKES if m[1] == "掩码反了")

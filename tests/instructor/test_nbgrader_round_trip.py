@@ -4,7 +4,7 @@ the visible checks only, and a hostile one, graded first, that attacks the grade
 and nbgrader itself. nbgrader's marks must equal `pytest autograder/`'s and `course-grade`'s (the whole
 class at once), exercise by exercise, the hostile student must change nothing but their own marks, and
 the feedback must show no hidden-test code. (`pytest autograder/`'s marks are the engine's, graded in this
-process as the plugin grades: the command itself is tested in tests/test_autograder_cli.py.)"""
+process as the plugin grades: the command itself is tested in tests/commands/test_autograder_cli.py.)"""
 import csv
 import shutil
 import subprocess

@@ -10,10 +10,10 @@ import pytest
 
 from course.layout import ROOT as REPO
 from tests.class_of_students import with_mistake
+from tests.classroom.test_course_grade import course_grade, outputs
 from tests.notebooks import filled, released, source_solutions, write_submission
 from tests.slurm import missing, single_node_cluster
 from tests.students import a01
-from tests.test_course_grade import course_grade, outputs
 
 SCRIPT = REPO / "deploy" / "slurm-course-grade.sh"
 A = "01_attention_basics"

@@ -23,9 +23,9 @@ from autograder.engine.sandbox.client import Sandbox
 from autograder.engine.sandbox.walls import PURPOSE
 from autograder.instructor import doctor
 from course.layout import ROOT as REPO
+from tests.classroom.test_gradescope_bundle import A, bundle, gradescope_problems  # noqa: F401 - bundle is a fixture
 from tests.notebooks import filled, source_solutions, write_submission
-from tests.test_gradescope_bundle import A, bundle, gradescope_problems  # noqa: F401 - bundle is a fixture
-from tests.test_hostile_submissions import SCORES, cells_with
+from tests.sandbox.test_hostile_submissions import SCORES, cells_with
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
                                  reason="needs a grader running as root on Linux")]

@@ -31,7 +31,7 @@ from tests.checkpoints import (
     write_checkpoint,
     write_full_size,
 )
-from tests.test_weights import linear_like_tensors, mlp_like_tensors
+from tests.course.test_weights import linear_like_tensors, mlp_like_tensors
 
 REPO = "Qwen/Qwen3.5-0.8B"
 LAYER_PREFIX = "model.language_model.layers.3."

@@ -27,7 +27,7 @@ def accepted(command: str) -> None:
 
 def test_the_slurm_array_job():
     """Valid bash; its shard and merge commands are ones course-grade accepts; the sizes are set in one place,
-    the variables the submission reads (tests/test_slurm_cluster.py runs it on a real cluster)."""
+    the variables the submission reads (tests/deploy/test_slurm_cluster.py runs it on a real cluster)."""
     script = (DEPLOY / "slurm-course-grade.sh").read_text(encoding="utf-8")
     assert subprocess.run(["bash", "-n", str(DEPLOY / "slurm-course-grade.sh")]).returncode == 0
     commands = [line.strip() for line in script.replace("\\\n", " ").splitlines()

@@ -10,8 +10,8 @@ if TYPE_CHECKING:  # imported where used: with jsonschema, seconds that a test o
     import nbformat
 
 ASSIGNMENT = "01_attention_basics"
-# Each solved source notebook is executed once in a full run: these in JupyterLab itself (tests/test_browser.py),
-# the others by nbclient (tests/test_release.py).
+# Each solved source notebook is executed once in a full run: these in JupyterLab itself (tests/notebooks/test_browser.py),
+# the others by nbclient (tests/instructor/test_release.py).
 IN_THE_BROWSER = ("01_attention_basics",)
 
 

@@ -1,6 +1,6 @@
 """The Kubernetes example as far as this machine allows (no container runtime here): the Dockerfile builds
 from what ``course-gradescope --image`` writes, installs with the script the Gradescope test runs for real
-(``tests/test_gradescope_setup.py``, which also runs ``course-grade`` as the image's user from that install),
+(``tests/deploy/test_gradescope_setup.py``, which also runs ``course-grade`` as the image's user from that install),
 pins torch and runs as the user the Jobs ask for; and the indexed Job's shell arithmetic, run by a real ``sh``
 for every completion index, hands each student of a real class to exactly one shard, whose merge equals one
 ``course-grade`` run."""
@@ -20,9 +20,9 @@ from autograder.engine.assignments import needed_weights
 from autograder.instructor.classroom import gradescope_bundle
 from autograder.instructor.classroom.graded_class import state_folder
 from course.layout import ROOT as REPO
+from tests.classroom.test_course_grade import A, course_grade, grades, outputs
 from tests.notebooks import filled, released, write_submission
 from tests.students import a01
-from tests.test_course_grade import A, course_grade, grades, outputs
 
 DOCKERFILE = REPO / gradescope_bundle.DOCKERFILE
 GRADE, MERGE = yaml.safe_load_all((REPO / "deploy" / "kubernetes-course-grade.yaml").read_text(encoding="utf-8"))

@@ -1,6 +1,6 @@
 """`pytest autograder/` as a self-learner types it: exit codes, the score table, results.json, the usage
 error, and the notebooks left exactly as they were. One cold run per behaviour of the command; what each
-exercise's verdict is, is tested in this process (tests/test_notebook_verdicts.py, tests/test_seeded_mistakes.py): the
+exercise's verdict is, is tested in this process (tests/engine/test_notebook_verdicts.py, tests/checks/test_seeded_mistakes.py): the
 solved run grades two assignments, every assignment's full marks are proven there."""
 import json
 import re

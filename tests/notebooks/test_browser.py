@@ -2,7 +2,7 @@
 
 - A fresh working copy of 01: Run All stops at the first exercise's check, with NotImplementedError, and
   nowhere else.
-- The solved source notebooks of ``IN_THE_BROWSER`` (the others run under nbclient, tests/test_release.py):
+- The solved source notebooks of ``IN_THE_BROWSER`` (the others run under nbclient, tests/instructor/test_release.py):
   Run All runs every cell without an error, every cell that shows a figure shows it, and every hidden test
   passes.
 - The Chinese Markdown is drawn with a CJK font: asked of the browser (the fonts it really used for the

@@ -31,7 +31,7 @@ def test_a_notebook_with_a_mistake_loses_that_exercise_only(assignment, mistake,
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_every_solved_notebook_gets_full_marks(assignment, tmp_path, sandbox):
     """The source notebook's own solutions, released and filled in, earn every point of the assignment (the
-    command's cold run, tests/test_autograder_cli.py, grades two of them)."""
+    command's cold run, tests/commands/test_autograder_cli.py, grades two of them)."""
     notebook = write_submission(tmp_path, filled(source_solutions(assignment), assignment), assignment)
     verdicts = grade_notebook(notebook, sandbox=sandbox)
     assert [v.exercise for v in verdicts] == [e.name for e in ASSIGNMENTS[assignment]]

@@ -62,7 +62,7 @@ def bundle(tmp_path_factory):
     with zipfile.ZipFile(root / "autograder.zip") as archive:
         archive.extractall(root / "source")
     # setup.sh's install, quicker: the course without the dependencies this machine already has, and the
-    # virtual environment run_autograder's Python comes from, seeing them (tests/test_gradescope_setup.py runs
+    # virtual environment run_autograder's Python comes from, seeing them (tests/deploy/test_gradescope_setup.py runs
     # the real setup.sh). Not under /tmp: the sandbox gives each run a private /tmp, which would hide a course
     # installed there.
     site = Path(tempfile.mkdtemp(prefix="gradescope-course-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))

@@ -14,7 +14,7 @@ from course.layout import ROOT as REPO
 def start_pytest_autograder(*args, wrap=(), **kwargs) -> subprocess.Popen:
     """``pytest autograder/ ARGS`` started in the checkout (behind the command ``wrap`` when given, e.g.
     ``unshare``): a cold grader of its own, with its interpreter, torch and fork server. Runs started together
-    overlap: on two cores, the four of tests/test_autograder_cli.py take 11 s instead of 15 s."""
+    overlap: on two cores, the four of tests/commands/test_autograder_cli.py take 11 s instead of 15 s."""
     return subprocess.Popen([*wrap, sys.executable, "-m", "pytest", "autograder/", "-p", "no:cacheprovider",
                              *map(str, args)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             **kwargs)

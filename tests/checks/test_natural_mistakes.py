@@ -10,7 +10,7 @@ from tests.natural_mistakes import ASSIGNMENTS, a07, all_entries, checks, reach
 from tests.natural_mistakes.judged import JUDGED
 
 ENTRIES = all_entries()
-OTHERS = [module for module in ASSIGNMENTS if module is not a07]  # 07's: tests/test_natural_mistakes_real_model.py
+OTHERS = [module for module in ASSIGNMENTS if module is not a07]  # 07's: tests/checks/test_natural_mistakes_real_model.py
 
 
 @pytest.mark.slow

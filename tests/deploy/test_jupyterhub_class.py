@@ -6,7 +6,7 @@ and an instructor in headless Chromium.
 An instructor generates and releases 01 in the formgrader; a student logs in, fetches it in JupyterLab's
 Assignments tab and submits it there, a second one, with a mistake, does the same from a terminal with
 nbgrader's commands (the answers are written into the fetched notebook on disk, as the student's own file:
-typing them is tests/test_browser.py's subject); the instructor collects, autogrades, generates and
+typing them is tests/notebooks/test_browser.py's subject); the instructor collects, autogrades, generates and
 releases feedback, each with the formgrader's own button; the first student fetches the feedback and reads
 it. nbgrader's marks equal `pytest autograder/`'s for the same notebooks (the engine's, graded in this
 process as the plugin grades), the mistaken student's are lower, the feedback shows no hidden tests, and

@@ -15,7 +15,7 @@ from autograder.engine.assignments import EXERCISES
 from autograder.engine.judging import grade
 from autograder.engine.protocols import Case
 from course.layout import ROOT as REPO
-from tests.test_hostile_submissions import SCORES, cells_with
+from tests.sandbox.test_hostile_submissions import SCORES, cells_with
 
 LAYER = EXERCISES["Qwen35GatedDeltaNet"]
 NAMED = "输出的 RMSNorm 乘的是 (1 + weight)"  # one of the tests' mistakes of the layer, named by its catalogue

@@ -16,12 +16,12 @@ from autograder.instructor.classroom.gradebook import Gradebook
 from autograder.instructor.classroom.graded_class import record_file, state_folder
 from autograder.instructor.classroom.results_store import RESULT_BYTES, NotebookResult
 from autograder.instructor.classroom.roster import RosterError, find
+from tests.classroom.test_class_roster import files
+from tests.classroom.test_course_grade import course_grade, grades, started
 from tests.notebooks import filled, source_solutions, write_submission
-from tests.test_class_roster import files
-from tests.test_course_grade import course_grade, grades, started
 
 A, B = "01_attention_basics", "02_multi_head"
-CAP = 3  # seconds per notebook, as in tests/test_course_grade.py
+CAP = 3  # seconds per notebook, as in tests/classroom/test_course_grade.py
 NFC, NFD = "jos\u00e9", "jose\u0301"
 FORMULAS = ['=HYPERLINK("http://x","y")', "+cmd|' /C calc'!A0", "@SUM(1+1)", "-2+3", "\tname", "\rname"]
 

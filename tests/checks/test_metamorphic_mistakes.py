@@ -56,7 +56,7 @@ def test_a_mistake_keeps_its_verdict_and_its_name_in_every_presentation(module, 
 
 
 def _seeded():
-    """Per student and exercise, the first seeded mistake (every one is named: ``tests/test_seeded_mistakes.py``),
+    """Per student and exercise, the first seeded mistake (every one is named: ``tests/checks/test_seeded_mistakes.py``),
     with the presentation it is graded in: each takes the next one in turn, so that every presentation meets
     seeded mistakes of several assignments (the natural mistakes meet every presentation each)."""
     others = [name for name in PRESENTATIONS if name != "as written"]

@@ -2,7 +2,7 @@
 (``tests/presentations.py``) gets full points: the released notebooks solved, and the notebooks of the simulated
 students (``tests/students``) and of the natural mistakes' writer. Graded through the real path: a multi-cell
 ``.ipynb``, read as the grader reads a submission. (The same presentations of mistaken code:
-``tests/test_metamorphic_mistakes.py``.)"""
+``tests/checks/test_metamorphic_mistakes.py``.)"""
 import ast
 
 import pytest

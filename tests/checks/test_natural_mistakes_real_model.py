@@ -1,4 +1,4 @@
-"""The natural mistakes of assignment 07, graded through the real SmolLM2 model as ``tests/test_natural_mistakes.py``
+"""The natural mistakes of assignment 07, graded through the real SmolLM2 model as ``tests/checks/test_natural_mistakes.py``
 grades the others."""
 import pytest
 
