@@ -5,6 +5,7 @@ thread, never through a module's globals."""
 import functools
 import threading
 
+import pytest
 import torch
 
 import solutions.qwen35_attention
@@ -81,6 +82,7 @@ def test_modules_built_in_another_thread_keep_their_parameters():
     assert _in_threads(build) == [True, False]
 
 
+@pytest.mark.slow  # two whole classes of notebooks, graded twice
 def test_notebooks_graded_in_two_threads_at_once_get_the_verdicts_of_one_thread():
     """06 (the layer's stages), 07 (greedy and sampled generation through one cached model, torch's global
     generator) and 04 (modules built on meta), each thread with its own sandbox, several times over."""

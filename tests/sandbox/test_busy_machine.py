@@ -66,6 +66,7 @@ def test_a_run_that_does_not_get_the_cpu_is_tried_again_then_is_the_graders_prob
     assert "死循环" not in verdict.message
 
 
+@pytest.mark.slow  # a run that uses up its CPU time beside hogs
 @pytest.mark.skipif(not CAN_PIN, reason="needs sched_setaffinity to share one core with the hogs")
 def test_an_infinite_loop_on_a_shared_core_is_still_the_students():
     """Sharing its core with a hog (and whatever else runs there), the loop gets half of it or less: about enough to
@@ -78,6 +79,7 @@ def test_an_infinite_loop_on_a_shared_core_is_still_the_students():
     assert verdict.summary.startswith("运行超过 2 秒 CPU 时间，被停止了"), verdict.message
 
 
+@pytest.mark.slow  # waits out a notebook's wall-clock cap
 def test_a_class_notebook_that_takes_too_long_on_the_wall_clock_is_the_graders_problem(sandbox):
     """Under a cap of 1.2 s of CPU, the first exercise sleeps through both its runs (3.2 s and 6 s of wall time),
     using almost none of it: the notebook has taken longer than 5 times its cap, so the exercises left are not

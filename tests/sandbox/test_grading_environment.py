@@ -41,12 +41,14 @@ def run_grader(notebook, memory_limit=None, walls_off="", as_user=None):
                              wrap=["unshare", "--user", f"--map-user={as_user}", f"--map-group={as_user}"])
 
 
+@pytest.mark.slow  # a fresh grader under a host limit
 def test_a_host_memory_limit_of_3_gib_grades_a_correct_notebook_in_full(solved):
     done = run_grader(solved, memory_limit=3 * 2**30)
     assert done.returncode == 0, done.stdout
     assert f"总分 Total: {TOTAL}/{TOTAL}" in done.stdout
 
 
+@pytest.mark.slow  # a fresh grader under a host limit
 def test_a_host_memory_limit_too_small_for_torch_is_the_graders_problem(solved):
     done = run_grader(solved, memory_limit=int(0.95 * 2**30))
     assert done.returncode == 1
