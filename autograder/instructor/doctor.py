@@ -1,8 +1,12 @@
 """``course-doctor``: check this machine for the course and say what to fix.
 
+    course-doctor             the checks
+    course-doctor --sandbox   the grading sandbox's effective policy on this machine
+
 Each check gives a ``Finding``, printed as a line — ✓ fine, ! works but could be better, ✗ needs fixing —
 with, when something is off, the command that fixes it. The exit code is 1 only when grading cannot work at all.
 """
+import argparse
 import importlib.util
 import platform
 import shutil
@@ -37,24 +41,57 @@ def check_torch():
     return Finding(OK, f"torch {torch.__version__}（{build} 版）")
 
 
-def check_sandbox():
-    """The grading sandbox's walls, as its fork server finds them on this machine."""
-    from autograder.engine.sandbox.client import Sandbox, SandboxError
-    from autograder.engine.sandbox.walls import describe_missing
+def _sandbox_policy():
+    """The grading sandbox's policy, as a fork server of its own puts it up on this machine; SandboxError where it
+    cannot start."""
+    from autograder.engine.sandbox.client import Sandbox
 
     sandbox = Sandbox()
     try:
-        hello = sandbox.hello()
-    except SandboxError as e:
-        return Finding(BAD, f"评分沙箱启动不了：{e}", "把这行信息告诉老师或助教")
+        return sandbox.policy()
     finally:
         sandbox.stop()
-    kernel = f"{platform.system()} {platform.release()}"
-    missing = describe_missing(hello["missing"])
+
+
+def _sandbox_broken(e: Exception) -> Finding:
+    return Finding(BAD, f"评分沙箱启动不了：{e}", "把这行信息告诉老师或助教")
+
+
+def _kernel() -> str:
+    return f"{platform.system()} {platform.release()}"
+
+
+def check_sandbox():
+    """The grading sandbox's walls, as its fork server finds them on this machine."""
+    from autograder.engine.sandbox.client import SandboxError
+    from autograder.engine.sandbox.walls import describe_missing
+
+    try:
+        policy = _sandbox_policy()
+    except SandboxError as e:
+        return _sandbox_broken(e)
+    missing = describe_missing(policy.missing_walls)
     if missing:
-        return Finding(WARN, f"评分沙箱（{kernel}）缺少 {len(missing)} 道防护，评分照常：\n      " + "\n      ".join(missing),
+        return Finding(WARN, f"评分沙箱（{_kernel()}）缺少 {len(missing)} 道防护，评分照常：\n      " + "\n      ".join(missing),
                        "在 Linux 6.12 或更新的内核上，评分的隔离最完整")
-    return Finding(OK, f"评分沙箱：{kernel}，所有防护都在（{', '.join(hello['up'])}）")
+    return Finding(OK, f"评分沙箱：{_kernel()}，所有防护都在（{', '.join(policy.up)}）")
+
+
+def show_sandbox() -> int:
+    """``course-doctor --sandbox``: what student code may do here — the walls up and missing, a run's limits, what it
+    may read and write, the user it runs as, the system calls seccomp denies — as the fork server put it up."""
+    from autograder.engine.sandbox.client import SandboxError
+    from autograder.engine.sandbox.walls import PURPOSE
+
+    try:
+        policy = _sandbox_policy()
+    except SandboxError as e:
+        print(_sandbox_broken(e))
+        return 1
+    print(f"评分沙箱在这台机器上（{_kernel()}）的有效策略 / the grading sandbox's effective policy:")
+    for line in policy.describe(PURPOSE):
+        print(line)
+    return 0
 
 
 def check_plot_font():
@@ -130,6 +167,12 @@ GRADING = (check_torch, check_sandbox)  # without these, nothing can be graded
 
 
 def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="course-doctor", description="Check this machine for the course and say "
+                                     "what to fix.")
+    parser.add_argument("--sandbox", action="store_true", help="print the grading sandbox's effective policy here: "
+                        "walls up and missing, limits, what a run may read and write, its user, what seccomp denies")
+    if parser.parse_args(argv).sandbox:
+        return show_sandbox()
     print(f"Python {sys.version.split()[0]}（{sys.executable}）")
     broken = False
     for check in CHECKS:

@@ -4,6 +4,7 @@ One fork server serves a whole grading run (``shared()``); it is started as earl
 torch import overlaps the grader's own, restarted when it dies, and killed with the grader.
 """
 import atexit
+import json
 import os
 import pickle
 import select
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 from autograder.engine import limits
 from autograder.engine.sandbox import wire
+from autograder.engine.sandbox.policy import Policy
 
 # The fork server imports the very engine this grader runs, even where the course is not pip-installed.
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -45,6 +47,7 @@ class Sandbox:
         self._stderr = None
         self._folder = None
         self._hello: dict | None = None
+        self._policy: Policy | None = None
         self._jobs = 0
         self._lock = threading.Lock()
         self.cpu_used_s = 0.0
@@ -65,12 +68,17 @@ class Sandbox:
         """The fork server's greeting: which walls are up and which are missing (and why)."""
         if self._hello is None:
             self.start()
-            header, _ = self._read(limits.STARTUP_TIMEOUT_S, "starting")
+            header, payload = self._read(limits.STARTUP_TIMEOUT_S, "starting")
             if not header.get("hello"):
                 self.stop()
                 raise SandboxError(f"the sandbox could not start: {header.get('message', '')}")
-            self._hello = header
+            self._hello, self._policy = header, Policy.from_wire(json.loads(payload))
         return self._hello
+
+    def policy(self) -> Policy:
+        """What runs may do, as the fork server put its walls up (sent with its greeting)."""
+        self.hello()
+        return self._policy
 
     def run(self, job: dict, cpu_s: float) -> Answer:
         """Run ``job`` (see ``harness.run``) in a fresh walled child that may use ``cpu_s`` seconds of CPU time.

@@ -3,7 +3,8 @@
 ``Walls.probe`` runs once in the fork server and prepares what each run needs (the Landlock ruleset, the
 seccomp filter, the private temporary folder). ``enter_child`` puts every wall up in a freshly forked
 child before any student code runs. A wall the machine lacks is recorded with the reason, so the
-grader can say once, plainly, what is missing; grading still works without it.
+grader can say once, plainly, what is missing; grading still works without it. ``Walls.policy`` is what runs may
+do behind the walls as they were put up (``policy.Policy``), which the fork server sends in its hello.
 
 Why these walls: Landlock limits files, TCP and signals without root and survives into any child;
 namespaces let the fork server, as PID 1, kill whatever a run leaves behind (``setsid`` included) and
@@ -30,6 +31,8 @@ from pathlib import Path
 
 from autograder.engine import limits
 from autograder.engine.errors import GraderProblem
+from autograder.engine.sandbox import syscall_filter
+from autograder.engine.sandbox.policy import LIST, READ, Limits, Policy
 from course import layout
 
 try:
@@ -98,7 +101,10 @@ class Walls:
     in_namespaces: bool = False
     workdir: str = ""
     user: tuple[int, int] | None = None  # (uid, gid) runs drop to, where the grader is root
+    run_limits: Limits | None = None  # what each run may use, where rlimits are up
     answers_reachable: str = ""  # why no job may run, when a probe run could read the answers
+    _readable: tuple[tuple[str, str], ...] = ()  # Landlock's grants (``readable_paths``) and devices
+    _devices: tuple[str, ...] = ()
     _hidden: list[str] = field(default_factory=list)
     _covers: dict[str, list[str]] = field(default_factory=dict)  # a folder the user may not enter -> what runs read in it
     _ruleset: object = None
@@ -107,6 +113,15 @@ class Walls:
     def note(self, name: str, ok: bool, why: str = "") -> bool:
         (self.up.append(name) if ok else self.missing.__setitem__(name, why))
         return ok
+
+    def policy(self) -> Policy:
+        """What runs may do behind these walls, from the values each run's walls are put up with: after
+        ``prepare``, or once ``can_fork`` found no fork (then there are no walls at all)."""
+        return Policy(up=tuple(self.up), missing=tuple(self.missing.items()), limits=self.run_limits,
+                      readable=self._readable, devices=self._devices, writable=self.workdir,
+                      denied=syscall_filter.RULES if self._filter else (), user=self.user, hidden=tuple(self._hidden),
+                      privileges_dropped="fork" in self.up and sys.platform.startswith("linux"),
+                      covers=tuple((folder, tuple(shown)) for folder, shown in self._covers.items()))
 
     # --- in the fork server -------------------------------------------------------------------------------
 
@@ -150,7 +165,8 @@ class Walls:
         tmp = Path("/tmp").resolve()
         self._prepare_workdir(mask_tmp=not any(_inside(Path(path).resolve(), tmp) for path, _ in paths))
         self._prepare_landlock(paths)
-        self.note("rlimits", resource is not None, "no setrlimit on this platform")
+        if self.note("rlimits", resource is not None, "no setrlimit on this platform"):
+            self.run_limits = _run_limits(tmpfs="namespaces" in self.up)
         if linux:
             self._prepare_user(paths)
             self._prepare_hiding()
@@ -184,12 +200,12 @@ class Walls:
         self.note("landlock-scope", abi >= 6, f"Landlock ABI {abi} < 6 (Linux 6.12)")
         ruleset = landlock.Ruleset(abi)
         for path, rights in paths:
-            ruleset.allow(path, landlock.READ_DIR if rights == "list" else landlock.READ)
-        for device in ("/dev/null", "/dev/zero", "/dev/urandom"):
-            if os.path.exists(device):
-                ruleset.allow(device, landlock.READ_FILE | landlock.WRITE_FILE)
+            ruleset.allow(path, landlock.READ_DIR if rights == LIST else landlock.READ)
+        devices = tuple(device for device in ("/dev/null", "/dev/zero", "/dev/urandom") if os.path.exists(device))
+        for device in devices:
+            ruleset.allow(device, landlock.READ_FILE | landlock.WRITE_FILE)
         ruleset.allow(self.workdir, ruleset.fs)
-        self._ruleset = ruleset
+        self._ruleset, self._readable, self._devices = ruleset, tuple(paths), devices
 
     def _prepare_user(self, paths: list[tuple[str, str]]) -> None:
         """Where the grader is root and Landlock is missing, find out whether a run can become
@@ -271,8 +287,6 @@ class Walls:
             self.note("seccomp", False, f"turned off by {_ENV_DISABLE}")
             return
         try:
-            from autograder.engine.sandbox import syscall_filter
-
             self._filter = syscall_filter.build()
             self.note("seccomp", True)
         except (ImportError, OSError, RuntimeError, AttributeError) as e:
@@ -330,8 +344,8 @@ class Walls:
         os.environ.update(HOME=self.workdir, TMPDIR=self.workdir, MPLCONFIGDIR=self.workdir)
         tempfile.tempdir = self.workdir
         sys.dont_write_bytecode = True
-        if "rlimits" in self.up:
-            _limit_resources(cpu_s)
+        if self.run_limits:
+            _limit_resources(cpu_s, self.run_limits)
         if sys.platform.startswith("linux"):
             from autograder.engine.sandbox import privileges
 
@@ -508,10 +522,30 @@ def _close_all_except(keep: set[int]) -> None:
         start = fd + 1
 
 
-def _limit_resources(cpu_s: float) -> None:
+def _run_limits(tmpfs: bool) -> Limits:
+    """What ``_limit_resources`` gives each run, as this machine's hard limits leave it; ``tmpfs``: whether the
+    private folder is the namespaces' tmpfs."""
+    _, memory = resource.getrlimit(resource.RLIMIT_AS)
+    return Limits(extra_memory_bytes=limits.EXTRA_MEMORY_BYTES,
+                  memory_ceiling_bytes=None if memory == resource.RLIM_INFINITY else memory,
+                  cpu_s=limits.EXERCISE_TIMEOUT_S, file_bytes=_capped(resource.RLIMIT_FSIZE, limits.FILE_BYTES),
+                  open_files=_capped(resource.RLIMIT_NOFILE, limits.OPEN_FILES),
+                  # root is exempt from RLIMIT_NPROC; seccomp covers root
+                  processes=limits.PROCESSES if os.geteuid() != 0 and hasattr(resource, "RLIMIT_NPROC") else None,
+                  tmp_bytes=limits.TMP_BYTES if tmpfs else None, tmp_files=limits.TMP_FILES if tmpfs else None,
+                  output_bytes=limits.OUTPUT_BYTES)
+
+
+def _capped(which: int, value: int) -> int:
+    """``value``, or this process's hard limit ``which`` where that is lower."""
+    _, hard = resource.getrlimit(which)
+    return min(value, hard) if hard != resource.RLIM_INFINITY else value
+
+
+def _limit_resources(cpu_s: float, run: Limits) -> None:
     now = _vm_size()
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    memory = now + limits.EXTRA_MEMORY_BYTES
+    memory = now + run.extra_memory_bytes
     if hard != resource.RLIM_INFINITY and hard < memory:
         if hard < now + limits.MIN_EXTRA_MEMORY_BYTES:
             raise GraderProblem(
@@ -521,13 +555,12 @@ def _limit_resources(cpu_s: float) -> None:
         memory = hard
     cpu = math.ceil(cpu_s) + 1
     for which, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, cpu),
-                         (resource.RLIMIT_FSIZE, limits.FILE_BYTES), (resource.RLIMIT_NOFILE, limits.OPEN_FILES),
+                         (resource.RLIMIT_FSIZE, run.file_bytes), (resource.RLIMIT_NOFILE, run.open_files),
                          (resource.RLIMIT_CORE, 0)):
-        _, hard = resource.getrlimit(which)
-        value = min(value, hard) if hard != resource.RLIM_INFINITY else value
+        value = _capped(which, value)
         resource.setrlimit(which, (value, value + (1 if which == resource.RLIMIT_CPU and value == cpu else 0)))
-    if os.geteuid() != 0 and hasattr(resource, "RLIMIT_NPROC"):  # root is exempt from it; seccomp covers root
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits.PROCESSES, limits.PROCESSES))
+    if run.processes is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (run.processes, run.processes))
 
 
 def empty(folder: str) -> None:
@@ -554,19 +587,55 @@ def _make_removable(function, path, _):
         shutil.rmtree(path, ignore_errors=True)
 
 
-def readable_paths() -> list[tuple[str, str]]:
+SYSTEM_READS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache", "/proc/cpuinfo",
+                "/sys/devices/system/cpu")
+
+
+@dataclass(frozen=True)
+class Tree:
+    """What ``readable_paths`` decides from: where Python, the course, the answers and the weights are. ``here()``
+    finds them in this process; a test gives its own (a fake tree)."""
+
+    sys_path: tuple[str, ...]  # sys.path
+    sysconfig_paths: tuple[str, ...]  # sysconfig's stdlib, platstdlib, purelib and platlib
+    prefix: str  # sys.prefix: a virtual environment inside the checkout is Python's, not the course's
+    course: tuple[str, ...]  # the course package's folders
+    grading: tuple[Path, ...]  # the grading packages' folders, resolved (``_grading_packages``)
+    checkout: Path | None  # the course repository holding them, if they are not installed
+    weights: tuple[Path, ...]  # where runs read real weights, resolved (``_weights_folders``)
+    output_store: tuple[Path, ...]  # the folder of the outputs kept on disk, when it can be made (``_output_store``)
+    system: tuple[str, ...] = SYSTEM_READS  # shared libraries, and what CPU feature detection (torch's cpuinfo) reads
+
+    @classmethod
+    def here(cls) -> "Tree":
+        """This process's tree. The output store's folder is made if need be, and so is the cache's folder of
+        Qwen3.5 weights, which jobs name by file (course/stored_tensors.py): a rule needs the folder, and the
+        stand-in's layers are written there on first use."""
+        import course
+        from course import qwen35_weights
+
+        packages = _grading_packages()
+        output_store = _output_store()
+        with contextlib.suppress(OSError):
+            qwen35_weights.cache_folder().mkdir(parents=True, exist_ok=True)
+        paths = sysconfig.get_paths()
+        library = tuple(p for key in ("stdlib", "platstdlib", "purelib", "platlib") if (p := paths.get(key)))
+        checkout = packages[0].parent if packages and (packages[0].parent / "pyproject.toml").is_file() else None
+        return cls(sys_path=tuple(sys.path), sysconfig_paths=library, prefix=sys.prefix, course=tuple(course.__path__),
+                   grading=tuple(packages), checkout=checkout, weights=tuple(_weights_folders()),
+                   output_store=tuple(output_store))
+
+
+def readable_paths(tree: Tree | None = None) -> list[tuple[str, str]]:
     """What a run may read, as (path, "read") for whole trees and (path, "list") for folders whose
     entries are granted one by one: Python's library folders, without the grading packages; the
     ``course`` package; the converted SmolLM2 weights, when they are there, and the cache's Qwen3.5 weights;
     the system's shared libraries. Nothing granted is, or holds, the course repository, a grading package or the
-    outputs kept on disk."""
-    import course
-    from course import qwen35_weights
-
-    packages = _grading_packages()
-    checkout = packages[0].parent if packages and (packages[0].parent / "pyproject.toml").is_file() else None
-    grading = packages + _output_store()  # never granted, nor any folder that holds one
-    inside_checkout_ok = [Path(p).resolve() for p in (sys.prefix, *course.__path__)]
+    outputs kept on disk. ``tree``: where all these are (default: ``Tree.here()``)."""
+    tree = tree or Tree.here()
+    checkout = tree.checkout
+    grading = [*tree.grading, *tree.output_store]  # never granted, nor any folder that holds one
+    inside_checkout_ok = [Path(p).resolve() for p in (tree.prefix, *tree.course)]
 
     def allowed(path: Path) -> bool:
         if checkout and _inside(checkout, path):  # the checkout itself, or a folder above it
@@ -576,29 +645,21 @@ def readable_paths() -> list[tuple[str, str]]:
         return not checkout or not _inside(path, checkout) or any(_inside(path, ok) for ok in inside_checkout_ok)
 
     found: dict[str, str] = {}
-    folders = {Path(p).resolve() for p in sys.path if p and os.path.isdir(p)}
-    folders |= {Path(p).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")
-                if (p := sysconfig.get_paths().get(key)) and os.path.isdir(p)}
+    folders = {Path(p).resolve() for p in (*tree.sys_path, *tree.sysconfig_paths) if p and os.path.isdir(p)}
     for folder in sorted(f for f in folders if allowed(f)):
-        found[str(folder)] = "list"
+        found[str(folder)] = LIST
         for entry in folder.iterdir():
             target = entry.resolve()
             if allowed(target) and not any(_inside(package, target) for package in grading):
-                found[str(entry)] = "read"
-    for location in course.__path__:
-        found[str(Path(location).resolve())] = "read"
-    # The real model of assignment 07 (`course-weights smollm2`): weights, not answers, read where they are.
-    # And the Qwen3.5 weights of the cache, which jobs name by file (course/stored_tensors.py): made here if
-    # need be, since a rule needs the folder, and the stand-in's layers are written there on first use.
-    qwen35 = qwen35_weights.cache_folder()
-    with contextlib.suppress(OSError):
-        qwen35.mkdir(parents=True, exist_ok=True)
-    for weights in _weights_folders():
+                found[str(entry)] = READ
+    for location in tree.course:
+        found[str(Path(location).resolve())] = READ
+    # The real model of assignment 07 (`course-weights smollm2`) and the Qwen3.5 weights of the cache: weights, not
+    # answers, read where they are.
+    for weights in tree.weights:
         if weights.is_dir() and allowed(weights):
-            found[str(weights)] = "read"
-    # Shared libraries, and what CPU feature detection (torch's cpuinfo) reads.
-    for system in ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache", "/proc/cpuinfo",
-                   "/sys/devices/system/cpu"):
+            found[str(weights)] = READ
+    for system in tree.system:
         if os.path.exists(system) and allowed(Path(system).resolve()):
-            found[system] = "read"
+            found[system] = READ
     return sorted(found.items())

@@ -8,11 +8,13 @@ harness and writes its report to a pipe. The fork server relays the report (at m
 Where namespaces are available the fork server runs as PID 1 of its own PID namespace: the process
 the grader started only waits for it, and both die with the grader.
 
-Messages on stdout (see ``wire.py``): ``{"hello": ..., "up": [...], "missing": {...}}`` once, then one
+Messages on stdout (see ``wire.py``): ``{"hello": ..., "up": [...], "missing": {...}}`` once, its payload the
+policy the walls were put up with (``policy.Policy.to_wire``, as JSON: it can name a thousand paths), then one
 answer per job: ``{"kind": "report"}`` with the child's bytes, or ``{"kind": "timeout" | "wall" | "crashed" |
 "too_big" | "grader", ...}``, each with the CPU seconds the child used (``cpu_s``).
 """
 import gc
+import json
 import os
 import pickle
 import select
@@ -143,6 +145,13 @@ def _answer(data: bytes, stopped: str | None, finished: int, status: int, used_u
     return {"kind": "report"}, data[9:9 + int.from_bytes(data[1:9], "big")]
 
 
+def _hello(walls: Walls, answers: int) -> None:
+    """Say which walls are up and which are missing, with the policy they make (the message's payload)."""
+    policy = walls.policy()
+    wire.write_message(answers, {"hello": True, "up": list(policy.up), "missing": policy.missing_walls},
+                       json.dumps(policy.to_wire(), ensure_ascii=False).encode())
+
+
 def _serve(walls: Walls, harness, requests: int, answers: int) -> None:
     while True:
         try:
@@ -201,7 +210,7 @@ def main() -> None:
     walls = Walls()
     if not walls.can_fork():
         harness = _start_harness()
-        wire.write_message(answers, {"hello": True, "up": walls.up, "missing": walls.missing})
+        _hello(walls, answers)
         _serve_one_inline(harness, requests, answers)
         return
     if sys.platform.startswith("linux"):
@@ -220,7 +229,7 @@ def main() -> None:
     except (OSError, GraderProblem) as e:
         wire.write_message(answers, {"hello": False, "message": f"{type(e).__name__}: {e}"})
         return
-    wire.write_message(answers, {"hello": True, "up": walls.up, "missing": walls.missing})
+    _hello(walls, answers)
     try:
         _serve(walls, harness, requests, answers)
     finally:

@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -91,7 +92,9 @@ def main(argv=None) -> int:
             written = write_outputs(args.out, graded, [ResultStore(state_folder(args.out) / "results")])
             _summary(args.out, written, f"merged {len(args.paths)} shards")
             return 0
-        return _grade(args)
+        run = ClassRun(args)
+        run.plan()
+        return run.write() if run.grade() else INTERRUPTED
     except (class_roster.RosterError, ShardError, FileNotFoundError) as e:
         print(f"course-grade: {e}", file=sys.stderr)
         return 2
@@ -106,83 +109,105 @@ def _check_folders(path: Path, out: Path) -> None:
         raise class_roster.RosterError(f"--out {out} must lie outside the class folder {path}, and not contain it")
 
 
-def _read(handed: class_roster.Handed, root: Path) -> tuple[bytes | None, str]:
-    """A notebook's bytes, or (None, why it cannot be read)."""
-    if handed.source is None:
-        return None, handed.problem
-    try:
-        return class_roster.read_notebook(handed.source, root), ""
-    except NotebookError as e:
-        return None, str(e)
+class ClassRun:
+    """One ``course-grade PATH`` run: ``plan`` what to grade, ``grade`` it on warm workers, ``write`` the outputs."""
 
+    def __init__(self, args):
+        self.args, self.out, self.shard = args, args.out, args.shard
+        self.entries: list[Entry] = []  # one per notebook handed in, in the roster's order
+        self.groups: dict[str, list[int]] = {}  # key of a notebook still to grade -> its entries (identical notebooks)
 
-def _grade(args) -> int:
-    path, out = args.paths[0], args.out
-    _check_folders(path, out)
-    roster = class_roster.find(path, args.assignment)
-    shard = args.shard
-    chosen = set(shard_students(roster.students, shard))
-    handed = [h for h in roster.handed if h.student in chosen]
-    fingerprints = grader_fingerprints(args.notebook_timeout)
-    store = ResultStore(state_folder(out) / "results")
-    entries: list[Entry] = []
-    groups: dict[str, list[int]] = {}  # key of a notebook still to grade -> its entries (identical notebooks)
-    for h in handed:
-        data, problem = _read(h, roster.root)
-        key = notebook_key(fingerprints[h.assignment], h.assignment, data, problem)
-        entries.append(Entry(h.student, h.assignment, key, h.source.label(roster.root) if h.source else "", h.late))
-        if not store.done(key):
-            groups.setdefault(key, []).append(len(entries) - 1)
-    unchanged = len(entries) - sum(len(g) for g in groups.values())
-    progress = Progress(len(groups))
-    pool = Pool(min(args.jobs, len(groups)), args.notebook_timeout)
-    start = time.monotonic()
+    def plan(self) -> None:
+        """The shard's notebooks, each one's key, and which of them the store does not hold yet."""
+        path = self.args.paths[0]
+        _check_folders(path, self.out)
+        self.roster = class_roster.find(path, self.args.assignment)
+        chosen = set(shard_students(self.roster.students, self.shard))
+        self.handed = [h for h in self.roster.handed if h.student in chosen]
+        self.fingerprints = grader_fingerprints(self.args.notebook_timeout)
+        self.store = ResultStore(state_folder(self.out) / "results")
+        for h in self.handed:
+            _, _, key = self._read(h)
+            source = h.source.label(self.roster.root) if h.source else ""
+            self.entries.append(Entry(h.student, h.assignment, key, source, h.late))
+            if not self.store.done(key):
+                self.groups.setdefault(key, []).append(len(self.entries) - 1)
+        self.unchanged = len(self.entries) - sum(len(g) for g in self.groups.values())
 
-    def tasks():
-        pending = list(groups.items())
+    def grade(self) -> bool:
+        """Grade every group on warm workers, saving each result as it comes; False when stopped by Ctrl-C."""
+        self.progress = Progress(len(self.groups))
+        self.pool = Pool(min(self.args.jobs, len(self.groups)), self.args.notebook_timeout)
+        self.start = time.monotonic()
+        try:
+            if self.groups:
+                print(f"course-grade: grading {len(self.groups)} notebooks on {self.pool.jobs} workers "
+                      f"({self.unchanged} unchanged since the last run)", file=sys.stderr)
+                self.pool.run(self._tasks(), self._done)
+        except KeyboardInterrupt:
+            self.progress.finish()
+            print(f"\ncourse-grade: stopped. {self.progress.done} notebooks graded in this run are saved in "
+                  f"{state_folder(self.out)}; run the same command again to grade the rest. The outputs in "
+                  f"{self.out} are those of the last finished run.", file=sys.stderr)
+            return False
+        finally:
+            self.pool.close()
+        self.progress.finish()
+        return True
+
+    def write(self) -> int:
+        """The run's record and outputs, then the summary; 1 when the grader itself failed on a notebook."""
+        graded = GradedClass(self.entries, self.args.assignment, self.shard, combined(self.fingerprints))
+        with _outputs_before_ctrl_c():
+            graded.save(self.out)
+            written = write_outputs(self.out, graded, [self.store])
+        _summary(self.out, written, self._what(), self.pool.missing_walls, self.roster.ignored)
+        return 1 if any(s.grader_problems for s in written.stats) else 0
+
+    def _read(self, handed: class_roster.Handed) -> tuple[bytes | None, str, str]:
+        """A notebook's bytes (or None, and why it cannot be read) and its key in the store."""
+        if handed.source is None:
+            data, problem = None, handed.problem
+        else:
+            try:
+                data, problem = class_roster.read_notebook(handed.source, self.roster.root), ""
+            except NotebookError as e:
+                data, problem = None, str(e)
+        return data, problem, notebook_key(self.fingerprints[handed.assignment], handed.assignment, data, problem)
+
+    def _tasks(self) -> Iterator[Task]:
+        """A task per group, its first notebook read again: one changed since the plan is graded as it is now."""
+        pending = list(self.groups.items())
         while pending:
             key, indices = pending.pop(0)
-            first = handed[indices[0]]
-            data, problem = _read(first, roster.root)
-            now = notebook_key(fingerprints[first.assignment], first.assignment, data, problem)
-            if now != key:  # changed since the scan: grade what is there now; the others keep their own key
-                entries[indices[0]] = replace(entries[indices[0]], key=now)
-                if indices[1:]:
-                    pending.append((key, indices[1:]))
-                    progress.total += 1
-                if store.done(now):
-                    progress.step()
+            first = self.handed[indices[0]]
+            data, problem, now = self._read(first)
+            if now != key:
+                pending += self._rekey(key, indices, now)
+                if self.store.done(now):
+                    self.progress.step()
                     continue
-            yield Task(now, first.assignment, data, problem, entries[indices[0]].source)
+            yield Task(now, first.assignment, data, problem, self.entries[indices[0]].source)
 
-    def done(task: Task, verdicts, seconds: float) -> None:
-        store.save(task.key, NotebookResult(task.assignment, tuple(verdicts), seconds))
-        progress.step()
+    def _rekey(self, key: str, indices: list[int], now: str) -> list[tuple[str, list[int]]]:
+        """The group's first notebook changed since the plan: it takes the key of what is there now, and the
+        rest of the group, keeping its own key, is a group still to grade."""
+        self.entries[indices[0]] = replace(self.entries[indices[0]], key=now)
+        if not indices[1:]:
+            return []
+        self.progress.total += 1
+        return [(key, indices[1:])]
 
-    try:
-        if groups:
-            print(f"course-grade: grading {len(groups)} notebooks on {pool.jobs} workers "
-                  f"({unchanged} unchanged since the last run)", file=sys.stderr)
-            pool.run(tasks(), done)
-    except KeyboardInterrupt:
-        progress.finish()
-        print(f"\ncourse-grade: stopped. {progress.done} notebooks graded in this run are saved in "
-              f"{state_folder(out)}; run the same command again to grade the rest. The outputs in {out} are "
-              "those of the last finished run.", file=sys.stderr)
-        return INTERRUPTED
-    finally:
-        pool.close()
-    progress.finish()
-    graded = GradedClass(entries, args.assignment, shard, combined(fingerprints))
-    with _outputs_before_ctrl_c():
-        graded.save(out)
-        written = write_outputs(out, graded, [store])
-    what = (f"{len(entries)} notebooks: {progress.done} graded in {duration(time.monotonic() - start)} on "
-            f"{pool.jobs} workers, {unchanged} unchanged since the last run" if groups else
-            f"{len(entries)} notebooks, all unchanged since the last run")
-    _summary(out, written, what + (f"; shard {shard[0]}/{shard[1]}" if shard != (1, 1) else ""),
-             pool.missing_walls, roster.ignored)
-    return 1 if any(s.grader_problems for s in written.stats) else 0
+    def _done(self, task: Task, verdicts, seconds: float) -> None:
+        self.store.save(task.key, NotebookResult(task.assignment, tuple(verdicts), seconds))
+        self.progress.step()
+
+    def _what(self) -> str:
+        entries, done = len(self.entries), self.progress.done
+        what = (f"{entries} notebooks: {done} graded in {duration(time.monotonic() - self.start)} on "
+                f"{self.pool.jobs} workers, {self.unchanged} unchanged since the last run" if self.groups else
+                f"{entries} notebooks, all unchanged since the last run")
+        return what + (f"; shard {self.shard[0]}/{self.shard[1]}" if self.shard != (1, 1) else "")
 
 
 @contextmanager

@@ -21,6 +21,8 @@ from autograder.engine import limits
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.model import Verdict, grader_problem
 
+WORKER_DIED = "评分进程意外退出了，没有交回结果"  # the verdicts of a notebook whose worker died on it
+
 
 @dataclass(frozen=True)
 class Task:
@@ -120,7 +122,7 @@ class Pool:
                 try:
                     worker.give(task)
                 except OSError:  # it died before taking the task
-                    idle.append(self._replace(worker, done, "评分进程意外退出了，没有交回结果"))
+                    idle.append(self._replace(worker, done, WORKER_DIED))
                     continue
                 busy.append(worker)
             if not busy:
@@ -137,7 +139,7 @@ class Pool:
         try:
             message = worker.conn.recv()
         except (EOFError, OSError):
-            return self._replace(worker, done, "评分进程意外退出了，没有交回结果")
+            return self._replace(worker, done, WORKER_DIED)
         if message[0] == "hello":
             self.missing_walls.update(message[1])
             return None
@@ -148,7 +150,7 @@ class Pool:
 
     def _check(self, worker: _Worker, done) -> "_Worker | None":
         if not worker.process.is_alive():
-            return self._replace(worker, done, "评分进程意外退出了，没有交回结果")
+            return self._replace(worker, done, WORKER_DIED)
         silent_s = limits.notebook_wall_s(self.cap_s) + limits.WORKER_STUCK_AFTER_S
         if time.monotonic() - worker.since > silent_s:
             return self._replace(worker, done, f"评分进程超过 {silent_s:g} 秒没有回应，被停止了")
