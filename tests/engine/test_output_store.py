@@ -14,6 +14,7 @@ from autograder.engine import known_outputs, output_store
 from autograder.engine.assignments import EXERCISES
 from autograder.engine.judging import grade
 from autograder.engine.protocols import Case
+from autograder.engine.sandbox.client import Sandbox
 from course.layout import ROOT as REPO
 from tests.sandbox.test_hostile_submissions import SCORES, cells_with
 
@@ -149,3 +150,32 @@ def test_student_code_cannot_read_the_outputs_kept_on_disk(sandbox_without, wall
     assert not verdict.passed and not verdict.grader_problem, verdict.message
     # Unreadable, empty, or not there at all (in a folder the sandbox user may not enter, which runs see emptied).
     assert any(e in verdict.message for e in ("PermissionError", "LookupError", "FileNotFoundError")), verdict.message
+
+
+@pytest.mark.parametrize("walls_off", [(), ("landlock",)], ids=["all walls", "no landlock"])
+def test_a_course_cache_under_tmp_is_hidden_too(tmp_path, monkeypatch, walls_off):
+    """The private /tmp of the runs hides a cache under the host's /tmp: the store must be found (and made) before
+    it is mounted, or the fork server would make a store inside its own /tmp, and its probe would read that."""
+    if walls_off and (sys.platform != "linux" or os.geteuid() != 0):
+        pytest.skip("the walls without Landlock are those of a grader running as root on Linux")
+    from course.cache import cache_dir
+
+    real = cache_dir()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for entry in real.iterdir() if real.is_dir() else ():
+        if entry.name != "known-outputs":
+            (cache / entry.name).symlink_to(entry.resolve())
+    monkeypatch.setenv("ATTENTION_COURSE_CACHE", str(cache))
+    monkeypatch.setenv("ATTENTION_COURSE_SANDBOX_OFF", ",".join(walls_off))
+    box = Sandbox()
+    try:
+        assert "answers" not in box.hello()["missing"], box.hello()["missing"]
+        assert (cache / "known-outputs" / "ABOUT.txt").is_file()  # on the host, where the grader writes
+        verdict = grade(SCORES, cells_with(READ_THE_STORE.format(folder=str(cache / "known-outputs"))), sandbox=box,
+                        timeout_s=10)
+    finally:
+        box.stop()
+    assert not verdict.passed and not verdict.grader_problem, verdict.message
+    assert any(error in verdict.message for error in ("PermissionError", "LookupError", "FileNotFoundError")), \
+        verdict.message

@@ -107,6 +107,8 @@ class Walls:
     _devices: tuple[str, ...] = ()
     _hidden: list[str] = field(default_factory=list)
     _covers: dict[str, list[str]] = field(default_factory=dict)  # a folder the user may not enter -> what runs read in it
+    _answers: list[Path] = field(default_factory=list)  # the answer folders and the file of each the probe tries,
+    _probes: list[str] = field(default_factory=list)  # found before the private /tmp can hide one (a cache under /tmp)
     _ruleset: object = None
     _filter: object = None
 
@@ -159,6 +161,8 @@ class Walls:
         """
         linux = sys.platform.startswith("linux")
         paths = readable_paths() if linux else []
+        self._answers = _answer_folders()
+        self._probes = [str(p) for p in _answer_files(self._answers)]
         if linux:
             from autograder.engine.sandbox import landlock  # noqa: F401 - imported before any mount can hide it
         self._prepare_seccomp()
@@ -258,7 +262,8 @@ class Walls:
         if "hidden-answers" in _disabled():
             self.note("hidden-answers", False, f"turned off by {_ENV_DISABLE}")
             return
-        hidden = [str(folder) for folder in _answer_folders() if _in_view(folder, self._covers)]
+        # A folder the private /tmp already hides (a cache under /tmp) is not there to be covered.
+        hidden = [str(folder) for folder in self._answers if folder.is_dir() and _in_view(folder, self._covers)]
         why = _try_in_child(lambda _: _hide(hidden, self._covers))
         if self.note("hidden-answers", not why, f"the kernel refused the mounts ({why})"):
             self._hidden = hidden
@@ -266,7 +271,7 @@ class Walls:
     def _check_answers(self) -> None:
         """A probe run behind every wall tries to read one file of each grading package; if it reads any,
         nothing keeps the answers out and ``answers_reachable`` says so (the fork server then refuses jobs)."""
-        probes = [str(p) for p in _answer_files()]
+        probes = self._probes
 
         def probe(result_fd: int) -> None:
             self.enter_child(result_fd, limits.STARTUP_TIMEOUT_S)
@@ -466,10 +471,10 @@ def _answer_folders() -> list[Path]:
     return grading + _output_store() + ([source] if source and source.is_dir() else [])
 
 
-def _answer_files() -> list[Path]:
+def _answer_files(folders: list[Path]) -> list[Path]:
     """One regular file of each answer folder, for the probe to try: a module where it holds some."""
     found = []
-    for folder in _answer_folders():
+    for folder in folders:
         files = sorted(p for p in folder.rglob("*.py") if p.is_file()) or sorted(p for p in folder.iterdir() if p.is_file())
         found += files[:1]
     return found
