@@ -179,3 +179,12 @@ def test_a_course_cache_under_tmp_is_hidden_too(tmp_path, monkeypatch, walls_off
     assert not verdict.passed and not verdict.grader_problem, verdict.message
     assert any(error in verdict.message for error in ("PermissionError", "LookupError", "FileNotFoundError")), \
         verdict.message
+
+
+def test_a_cache_that_cannot_be_written_keeps_nothing_and_grading_goes_on(tmp_path, monkeypatch):
+    blocked = tmp_path / "a file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("ATTENTION_COURSE_CACHE", str(blocked / "cache"))
+    case = Case("case", (torch.ones(2),))
+    assert output_store.key(LAYER, "reference", known_outputs.digest(case)) is None
+    assert known_outputs.known("unwritable", case, lambda: 7, stored=(LAYER, "reference")) == 7
