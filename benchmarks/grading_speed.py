@@ -32,17 +32,18 @@ REAL_MODEL = "07_real_model"
 DELTANET = "08_gated_deltanet"
 
 
-def wall(command, cwd, env=None) -> float:
+def wall(command, cwd, env=None, exit_code: int = 0) -> float:
+    """Seconds ``command`` took; it must exit with ``exit_code`` (1: a notebook that loses points)."""
     start = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
-    if done.returncode != 0:
+    if done.returncode != exit_code:
         raise SystemExit(f"{' '.join(map(str, command))} failed:\n{done.stdout}{done.stderr}")
     return elapsed
 
 
-def median_wall(command, cwd, repeats, env=None) -> float:
-    return statistics.median(wall(command, cwd, env() if callable(env) else env) for _ in range(repeats))
+def median_wall(command, cwd, repeats, env=None, exit_code: int = 0) -> float:
+    return statistics.median(wall(command, cwd, env() if callable(env) else env, exit_code) for _ in range(repeats))
 
 
 def with_mistake(folder: Path, module, exercise: str, named: str) -> Path:
@@ -54,24 +55,21 @@ def with_mistake(folder: Path, module, exercise: str, named: str) -> Path:
 
 def empty_store(root: Path):
     """An environment whose course cache holds the real one's weights and no known outputs: a new one each call."""
-    made = []
-
     def env() -> dict:
-        cache = root / f"cache-{len(made)}"
-        cache.mkdir()
+        cache = Path(tempfile.mkdtemp(prefix="cache-", dir=root))
         for entry in cache_dir().iterdir():
             if entry.name != "known-outputs":
                 (cache / entry.name).symlink_to(entry.resolve())
-        made.append(cache)
         return {**os.environ, CACHE_ENV: str(cache)}
     return env
 
 
 def cold_and_warm(command, root: Path, repeats: int) -> tuple[float, float]:
-    """Median walls of ``command`` with an empty store, then with the store filled (the real cache's)."""
-    cold = median_wall(command, REPO, repeats, empty_store(root))
-    wall(command, REPO)  # fills the real cache's store, if it is not filled yet
-    return cold, median_wall(command, REPO, repeats)
+    """Median walls of ``command`` (a notebook with a mistake) with an empty store, then with the store filled
+    (the real cache's)."""
+    cold = median_wall(command, REPO, repeats, empty_store(root), exit_code=1)
+    wall(command, REPO, exit_code=1)  # fills the real cache's store, if it is not filled yet
+    return cold, median_wall(command, REPO, repeats, exit_code=1)
 
 
 def main() -> None:
