@@ -65,7 +65,7 @@ def known(what, case: Case, compute, stored: "tuple | None" = None):
             if key in _kept:
                 _kept.move_to_end(key)
                 return _kept[key][0]
-    on_disk = output_store.key(*stored, found) if stored is not None and found is not None else None
+    on_disk = output_store.key(*stored, found) if stored is not None else None
     value = output_store.read(on_disk) if on_disk is not None else None
     if value is None:
         value = compute()

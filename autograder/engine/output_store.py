@@ -33,7 +33,10 @@ _ABOUT = "ABOUT.txt"  # also the file the walls' probe run tries to read
 
 def folder() -> Path:
     """The store's folder, made (owner-only) with the file the walls' probe tries to read."""
-    root = cache_dir() / "known-outputs"
+    return _made(cache_dir() / "known-outputs")
+
+
+def _made(root: Path) -> Path:
     probe = root / _ABOUT
     if not probe.is_file():
         root.mkdir(parents=True, exist_ok=True)
@@ -57,11 +60,12 @@ def _assignment_of(exercise) -> str | None:
 
 
 @functools.cache
-def _fingerprint_folder(root: Path, assignment: str) -> Path:
-    """``root``'s folder for the assignment's grader as it is now, made; the oldest others dropped."""
+def _fingerprint_folder(cache: Path, assignment: str) -> Path:
+    """The store's folder in the course cache ``cache`` for the assignment's grader as it is now, made once per
+    process; the oldest others dropped."""
     from autograder.engine.provenance import fingerprint
 
-    base = root / assignment
+    base = _made(cache / "known-outputs") / assignment
     here = base / fingerprint(assignment)
     here.mkdir(parents=True, exist_ok=True)
     os.utime(here)
@@ -80,7 +84,7 @@ def key(exercise, function: str, case_digest: bytes) -> "tuple[Path, str] | None
     written = f"{exercise.name}\n{exercise.call.__name__}\n{function}\n{case_digest.hex()}"
     name = hashlib.sha256(written.encode()).hexdigest()[:40] + ".pt"
     try:
-        return _fingerprint_folder(folder(), assignment) / name, written
+        return _fingerprint_folder(cache_dir(), assignment) / name, written
     except OSError:  # a cache that cannot be written (a read-only home): nothing is kept, grading goes on
         return None
 
