@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from autograder.instructor.release import generate  # noqa: E402
-from course.cache import CACHE_ENV, cache_dir  # noqa: E402
+from course.cache import CACHE_ENV  # noqa: E402
+from tests import caches  # noqa: E402
 from tests.notebooks import ASSIGNMENT, filled, source_solutions, write_submission  # noqa: E402
 from tests.students import a07, a08  # noqa: E402
 
@@ -56,10 +57,7 @@ def with_mistake(folder: Path, module, exercise: str, named: str) -> Path:
 def empty_store(root: Path):
     """An environment whose course cache holds the real one's weights and no known outputs: a new one each call."""
     def env() -> dict:
-        cache = Path(tempfile.mkdtemp(prefix="cache-", dir=root))
-        for entry in cache_dir().iterdir():
-            if entry.name != "known-outputs":
-                (cache / entry.name).symlink_to(entry.resolve())
+        cache = caches.without_outputs(Path(tempfile.mkdtemp(prefix="cache-", dir=root)) / "cache")
         return {**os.environ, CACHE_ENV: str(cache)}
     return env
 

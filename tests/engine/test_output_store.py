@@ -16,6 +16,7 @@ from autograder.engine.judging import grade
 from autograder.engine.protocols import Case
 from autograder.engine.sandbox.client import Sandbox
 from course.layout import ROOT as REPO
+from tests import caches
 from tests.sandbox.test_hostile_submissions import SCORES, cells_with
 
 LAYER = EXERCISES["Qwen35GatedDeltaNet"]
@@ -158,14 +159,7 @@ def test_a_course_cache_under_tmp_is_hidden_too(tmp_path, monkeypatch, walls_off
     it is mounted, or the fork server would make a store inside its own /tmp, and its probe would read that."""
     if walls_off and (sys.platform != "linux" or os.geteuid() != 0):
         pytest.skip("the walls without Landlock are those of a grader running as root on Linux")
-    from course.cache import cache_dir
-
-    real = cache_dir()
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    for entry in real.iterdir() if real.is_dir() else ():
-        if entry.name != "known-outputs":
-            (cache / entry.name).symlink_to(entry.resolve())
+    cache = caches.without_outputs(tmp_path / "cache")
     monkeypatch.setenv("ATTENTION_COURSE_CACHE", str(cache))
     monkeypatch.setenv("ATTENTION_COURSE_SANDBOX_OFF", ",".join(walls_off))
     box = Sandbox()
