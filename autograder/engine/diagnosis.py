@@ -36,7 +36,7 @@ def _agree(exercise: "Exercise", case: Case, got, wrong) -> bool:
 def _output(exercise: "Exercise", mistake: "Mistake", case: Case, native: bool):
     def run():
         try:
-            return exercise.graded(exercise.call(mistake.fn, case if native else case.in_float64()))
+            return exercise.graded(exercise.call(mistake.fn, case.cloned() if native else case.in_float64()))
         except Exception:  # noqa: BLE001 - a mistake may not even run on this case's shapes
             return RAISED
     return known((exercise.name, exercise.call, mistake.fn, native), case, run,

@@ -57,7 +57,7 @@ class Judgement:
 
     def __init__(self, exercise: Exercise, depends: "Callable[[str], Verdict | None] | None" = None):
         self.exercise = exercise
-        self.cases = exercise.cases()
+        self.cases = exercise.made_cases()
         self.expected = References(exercise, self.cases)
         self.depends = depends
         self.reached: set[str] = set()  # the definitions the code reaches, once the sandbox has said

@@ -1,6 +1,8 @@
 """What an exercise is and what a verdict says: the types every check declares itself with (``Exercise``,
 ``Mistake``) and every channel reads (``Verdict``). How a verdict is reached is ``judging``'s.
 """
+import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +67,19 @@ class Exercise:
             raise ValueError(f"{self.name}: call must be one of autograder.engine.protocols.PROTOCOLS, which the sandbox knows "
                              f"by name; got {self.call!r}")
 
+    def made_cases(self) -> tuple[Case, ...]:
+        """``cases()``, made once per process for the weights the course finds: every notebook is graded on the
+        same cases, and those of a real-size layer take a fifth of a second to make (``known_outputs`` then hashes
+        each once). Shared by every grading, so never changed: what runs on a case in the grader gets copies
+        (``Case.in_float64``, ``Case.cloned``), the sandbox its own unpickled ones. Made anew for another ``cases``
+        function (a test's ``dataclasses.replace(exercise, cases=...)``), or once the weights are found elsewhere."""
+        where = _weights_found()
+        with _making:
+            made = _made.get(self.cases)
+            if made is None or made[0] != where:
+                made = _made[self.cases] = (where, tuple(self.cases()))
+        return made[1]
+
     def graded(self, value):
         """The part of a call's result that is graded (the output, without the stages)."""
         return value[0] if self.stages and isinstance(value, (tuple, list)) and len(value) == 2 else value
@@ -79,6 +94,24 @@ class Exercise:
 
     def tolerance(self, dtype: torch.dtype) -> tolerances.Tolerance:
         return tolerances.for_dtype(dtype, self.tolerance_overrides)
+
+
+# Exercise.made_cases: cases() -> (where the weights were found, what it made), for as long as that function lives;
+# made under the lock, so that threads grading at once share one set (and each case's digest).
+_made: "weakref.WeakKeyDictionary[Callable, tuple[tuple, tuple[Case, ...]]]" = weakref.WeakKeyDictionary()
+_making = threading.Lock()
+
+
+def _weights_found() -> tuple:
+    """Where the cases' weights come from: the course's cache (SmolLM2, Qwen3.5's cached layers) and the Qwen3.5
+    checkpoint found (``$QWEN35_PATH``, the Hugging Face cache ...); None for one that cannot be told."""
+    from course import cache, qwen35_weights
+
+    try:
+        checkpoint = qwen35_weights.find_checkpoint().folder
+    except qwen35_weights.CheckpointError:
+        checkpoint = None
+    return cache.cache_dir(), checkpoint
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,14 @@ class Case:
         return found[0] if found else torch.float32
 
     def in_float64(self) -> "Case":
-        """The same case with every float tensor converted to float64, for the reference."""
-        up = lambda t: t.double() if t.is_floating_point() else t.clone()  # noqa: E731
+        """The same case with every float tensor converted to float64, for the reference: tensors of its own, so
+        that the case, which every grading of the process shares (``Exercise.made_cases``), stays as it was."""
+        up = lambda t: t.to(torch.float64, copy=True) if t.is_floating_point() else t.clone()  # noqa: E731
         return replace(self, args=map_tensors(self.args, up), kwargs=map_tensors(self.kwargs, up))
+
+    def cloned(self) -> "Case":
+        """The same case with a copy of every tensor, in its own dtype."""
+        return replace(self, args=map_tensors(self.args, torch.clone), kwargs=map_tensors(self.kwargs, torch.clone))
 
 
 def call_function(fn, case: Case):
