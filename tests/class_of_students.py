@@ -33,6 +33,18 @@ def with_mistake(assignment: str, mistake: tuple[str, str, str]):
     return filled({**source_solutions(assignment), exercise: code}, assignment)
 
 
+# Text no UTF-8 file can hold (two lone surrogates: in this order they make no pair), with what a terminal or a
+# page would misread (NUL, an escape, a right-to-left override, a line separator) and text that is fine.
+UNWRITABLE = "\udfff\ud800\x00\x1b[2J\u202e\u2028 名字 \U0001f600"
+
+
+def unwritable(assignment: str = "01_attention_basics"):
+    """The correct notebook, but ``padding_mask`` (which no later exercise of 01 calls) raises with
+    ``UNWRITABLE`` as its message: graded, it must lose that exercise only, whatever writes the message down."""
+    code = f"def padding_mask(attention_mask):\n    raise ValueError({UNWRITABLE!r})\n"
+    return filled({**source_solutions(assignment), "padding_mask": code}, assignment)
+
+
 def hostile(assignment: str, targets: list[Path], stall: bool = False):
     """A notebook that, besides its correct answers, tries at definition time to overwrite ``targets`` (other
     students' notebooks, the grader's outputs) and to kill the grader, and whose first exercise either

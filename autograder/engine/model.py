@@ -11,6 +11,7 @@ import torch
 
 from autograder.engine import limits, tolerances
 from autograder.engine.protocols import PROTOCOLS, Case, call_function
+from autograder.engine.sandbox.report import utf8
 
 _GRADER_PROBLEM = "评分环境出了问题，不是你的代码的问题"
 
@@ -153,7 +154,7 @@ def grader_problem(exercise: Exercise, what: str) -> Verdict:
 
 
 def _clean(text: str, cap: int) -> str:
-    """Text safe to print anywhere: no control characters (terminal escapes) but newlines and tabs, at most
-    ``cap`` characters (cut ones end in "……")."""
-    kept = "".join(ch for ch in text[:cap + 1] if ch in "\n\t" or (ch >= " " and not 0x7f <= ord(ch) < 0xa0))
+    """Text safe to print and write anywhere: valid UTF-8 (``report.utf8``), no control characters (terminal
+    escapes) but newlines and tabs, at most ``cap`` characters (cut ones end in "……")."""
+    kept = "".join(ch for ch in utf8(text[:cap + 1]) if ch in "\n\t" or (ch >= " " and not 0x7f <= ord(ch) < 0xa0))
     return kept if len(kept) <= cap else kept[:cap - 2] + "……"

@@ -23,6 +23,7 @@ from packaging.version import Version
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.instructor.classroom import gradescope_bundle, gradescope_run
 from course.layout import ROOT as REPO
+from tests.class_of_students import unwritable
 from tests.commands import venv_seeing_this_python
 from tests.notebooks import filled, source_solutions
 
@@ -143,6 +144,19 @@ def test_a_missing_notebook_still_gives_valid_results(tmp_path, capsys):
     assert gradescope_problems(report) == []
     assert report["score"] == 0 and f"请上传 {A}.ipynb" in report["output"]
     assert {t["visibility"] for t in report["tests"]} == {"visible"}
+
+
+def test_text_no_file_can_hold_gives_valid_results(tmp_path):
+    """A message with lone surrogates in it is written into results.json with "?" in their place."""
+    (tmp_path / "submission").mkdir()
+    (tmp_path / "submission" / f"{A}.ipynb").write_text(json.dumps(unwritable(A)), encoding="utf-8")
+    results = tmp_path / "results" / "results.json"
+    assert gradescope_run.main([A, str(tmp_path / "submission"), str(results)]) == 0
+    report = json.loads(results.read_text(encoding="utf-8"))
+    assert gradescope_problems(report) == []
+    points = {e.name: e.points for e in ASSIGNMENTS[A]}
+    assert report["score"] == sum(points.values()) - points["padding_mask"]
+    assert "ValueError: ??" in {t["name"]: t for t in report["tests"]}[f"{A} / padding_mask"]["output"]
 
 
 def test_the_checks_of_results_can_fail():

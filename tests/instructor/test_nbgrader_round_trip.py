@@ -1,10 +1,11 @@
 """A real nbgrader round trip: generate → submitted → autograde → feedback. Every assignment gets a
 correct and an untouched submission, 01 also a half-done one, one with a named mistake, one that passes
-the visible checks only, and a hostile one, graded first, that attacks the gradebook, the other students
-and nbgrader itself. nbgrader's marks must equal `pytest autograder/`'s and `course-grade`'s (the whole
-class at once), exercise by exercise, the hostile student must change nothing but their own marks, and
-the feedback must show no hidden-test code. (`pytest autograder/`'s marks are the engine's, graded in this
-process as the plugin grades: the command itself is tested in tests/commands/test_autograder_cli.py.)"""
+the visible checks only, one whose error message no file can hold, and a hostile one, graded first, that
+attacks the gradebook, the other students and nbgrader itself. nbgrader's marks must equal `pytest
+autograder/`'s and `course-grade`'s (the whole class at once), exercise by exercise, the hostile student must
+change nothing but their own marks, and the feedback must show no hidden-test code. (`pytest autograder/`'s
+marks are the engine's, graded in this process as the plugin grades: the command itself is tested in
+tests/commands/test_autograder_cli.py.)"""
 import csv
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ from nbgrader.api import Gradebook
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.grading import grade_notebook
 from autograder.instructor.classroom.course_grade import main as course_grade
+from tests.class_of_students import unwritable
 from tests.notebooks import filled, released, source_solutions, write_submission
 from tests.students import a01
 
@@ -78,6 +80,7 @@ EXPECTED = {
     (FIRST, "sneaky"): max_points(FIRST) - 3,
     (FIRST, "mistaken"): max_points(FIRST) - 2,
     (FIRST, HOSTILE): 0,
+    (FIRST, "unwritable"): max_points(FIRST) - 2,  # its padding_mask raises text no file can hold
 }
 STUDENTS = sorted({s for _, s in EXPECTED})
 
@@ -92,6 +95,7 @@ def notebook(assignment: str, student: str, root):
         "sneaky": lambda: filled({**solutions, "attention": SNEAKY_ATTENTION}),
         "mistaken": lambda: filled({**solutions, "padding_mask": MISTAKE[2]}),
         HOSTILE: lambda: hostile(root),  # built in the course folder, whose paths it attacks
+        "unwritable": lambda: unwritable(FIRST),
     }[student]()
 
 

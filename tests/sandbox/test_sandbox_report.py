@@ -30,6 +30,7 @@ from autograder.engine.sandbox.report import (
     TooBig,
     from_bytes,
     from_plain,
+    utf8,
 )
 from autograder.engine.student_code import Cell
 from autograder.engine.tolerances import for_dtype
@@ -91,7 +92,7 @@ ODD_OUTPUTS = {
     "empty and 0-d tensors": (torch.zeros(0), torch.zeros(3, 0, 2), torch.tensor(True), torch.ones([1] * 64)),
     "a view of another tensor": (torch.arange(12.0).view(3, 4).T[1:], torch._neg_view(torch.ones(2))),
     "ints at int64's ends": (-2**63, 2**63 - 1, 0, True),
-    "strings of every kind": ("", "中文 \x00\x1b[2J", "\ud800 a lone surrogate", "\U0001f600"),
+    "strings of every kind": ("", "中文 \x00\x1b[2J", "\U0001f600", "\ufffe"),
     "nested as deep as allowed": _nested(limits.OUTPUT_DEPTH, torch.ones(1)),
 }
 
@@ -100,6 +101,18 @@ ODD_OUTPUTS = {
 def test_odd_outputs_come_back_as_they_were(name):
     report = Report({}, {}, outcomes=(Ok(ODD_OUTPUTS[name]),))
     assert _same(from_bytes(report.to_bytes(), cases=1).outcomes[0].output, ODD_OUTPUTS[name])
+
+
+def test_text_utf8_cannot_carry_comes_back_with_a_question_mark_wherever_a_report_holds_text():
+    """A lone surrogate (``raise ValueError("\\ud800")``, a returned string) would stop every writer downstream
+    (the class's results, results.json, feedback pages): the report carries valid UTF-8 only."""
+    odd = "名\ud800\udfff"
+    report = Report({odd: odd}, {odd: odd}, outcomes=(Ok({odd: (odd, (odd,))}, (odd,)), Error(ErrorInfo(odd, odd))),
+                    reaches=(odd,))
+    back = from_bytes(report.to_bytes(), cases=2)
+    assert _same(back.to_plain(), Report({"名??": "名??"}, {"名??": "名??"}, reaches=("名??",), outcomes=(
+        Ok({"名??": ("名??", ("名??",))}, ("名??",)), Error(ErrorInfo("名??", "名??")))).to_plain())
+    assert utf8("中文\U0001f600") == "中文\U0001f600"
 
 
 def test_a_report_holds_an_error_or_outcomes_not_both():
@@ -244,6 +257,8 @@ FORGED_BYTES = {
     "outcomes tagged as a tuple": (_wire(header='{"defined":{},"syntax_errors":{},"reaches":["list"],'
                                                '"outcomes":["tuple"]}'), "outcomes are not a list"),
     "an output tagged as a list": (_wire('["list", 1]'), "holds a list"),
+    "a lone surrogate in a string": (_wire('"\\ud800"'), "not valid UTF-8"),
+    "a lone surrogate in a key": (_wire('{"\\udfff": 1}'), "not valid UTF-8"),
 }
 
 

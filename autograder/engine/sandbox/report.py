@@ -12,7 +12,8 @@ and checked before anything is allocated::
 The header is ASCII JSON: the ``to_plain`` form, with a JSON object for each dict (str keys), an array tagged
 by its first item for each list, tuple and tensor (``["list", item, ...]``, ``["tuple", item, ...]``,
 ``["tensor", dtype, shape, nbytes]``), and JSON's own values for None, bool, int, float (NaN and ±Infinity as
-Python's ``json`` writes them) and str. A tensor record's dtype is a name in ``DTYPES``, its shape a list of
+Python's ``json`` writes them) and str, every string and key valid UTF-8 (``utf8``: a lone surrogate would stop
+whatever writes it to a file). A tensor record's dtype is a name in ``DTYPES``, its shape a list of
 at most ``limits.OUTPUT_DIMS`` sizes >= 0 that span at most ``limits.OUTPUT_BYTES`` elements (an axis of
 length 0 counted as 1), its nbytes numel × the dtype's size. The buffers are the tensors' elements back to
 back, in the order of their records, each in row-major order and the machine's byte order (the sandbox runs
@@ -154,12 +155,23 @@ class Report:
         return b"".join((_PREFIX.pack(MAGIC, len(header)), header, _buffers(tensors)))
 
 
+def utf8(text: str) -> str:
+    """``text`` as valid UTF-8 can carry it: each lone surrogate (``raise ValueError("\\ud800")``, a file name
+    Python could not decode) becomes "?", which every file, terminal and JSON reader takes."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def _tagged(value, tensors: list):
-    """``value`` (``to_plain`` data) as the header's JSON data; its tensors are appended to ``tensors``."""
+    """``value`` (``to_plain`` data) as the header's JSON data, every string valid UTF-8 (``utf8``); its tensors
+    are appended to ``tensors``."""
     if type(value) is dict:
         if not all(type(key) is str for key in value):
             raise TypeError("a report's dicts have str keys")  # json.dumps would turn others into strings
-        return {key: _tagged(v, tensors) for key, v in value.items()}
+        return {utf8(key): _tagged(v, tensors) for key, v in value.items()}
     if type(value) in (list, tuple):
         return [type(value).__name__, *(_tagged(v, tensors) for v in value)]
     if type(value) is torch.Tensor:
@@ -168,7 +180,9 @@ def _tagged(value, tensors: list):
         tensors.append(value)
         return ["tensor", str(value.dtype).removeprefix("torch."), list(value.shape),
                 value.numel() * value.element_size()]
-    if value is None or type(value) in (bool, int, float, str):
+    if type(value) is str:
+        return utf8(value)
+    if value is None or type(value) in (bool, int, float):
         return value
     raise TypeError(f"a report holds no {type(value).__name__}")
 
@@ -222,10 +236,16 @@ def _split(data: bytes) -> tuple[Any, memoryview]:
 
 
 def _object(pairs: list) -> dict:
-    """A JSON object as a dict; one that repeats a key is not what ``json.dumps`` writes."""
+    """A JSON object as a dict; one that repeats a key, or whose key is not valid UTF-8, is not what ``to_bytes``
+    writes."""
     value = dict(pairs)
     _expect(len(value) == len(pairs), "a JSON object in the header repeats a key")
+    _expect(all(_valid(key) for key in value), "a key in the header is not valid UTF-8")
     return value
+
+
+def _valid(text: str) -> bool:
+    return utf8(text) is text
 
 
 def _untagged(value, tensor: Callable):
@@ -233,8 +253,11 @@ def _untagged(value, tensor: Callable):
     (``_record``), is handed to ``tensor`` and stands for what it returns."""
     if type(value) is dict:
         return {key: _untagged(v, tensor) for key, v in value.items()}
+    if type(value) is str:
+        _expect(_valid(value), "a string in the header is not valid UTF-8 (a lone surrogate)")
+        return value
     if type(value) is not list:
-        return value  # JSON's null, true and false, numbers, strings
+        return value  # JSON's null, true and false, numbers
     _expect(bool(value) and type(value[0]) is str, "an array in the header has no tag")
     tag, items = value[0], value[1:]
     if tag in _SEQUENCES:
