@@ -29,14 +29,18 @@ def read_bytes(path: Path, root: Path) -> bytes:
         raise NotebookError(f"找不到 notebook：{path}。请检查路径。") from None
     except OSError as e:
         raise NotebookError(f"无法打开 notebook {path}：{e.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # checked on the descriptor: a folder opens too, but cannot be read
+        os.close(fd)
+        raise NotebookError(f"{path} 不是普通文件（可能是管道、设备或文件夹），不予评分：请提交 notebook 文件本身。")
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise NotebookError(f"{path} 不是普通文件（可能是管道、设备或文件夹），不予评分：请提交 notebook 文件本身。")
         if info.st_size > limits.NOTEBOOK_BYTES:
             raise NotebookError(f"{path} 有 {info.st_size / 2**20:.1f} MiB，超过了 {limits.NOTEBOOK_BYTES // 2**20} MiB 的上限："
                                 "清掉输出（Edit → Clear Outputs of All Cells）再保存。")
-        return f.read(limits.NOTEBOOK_BYTES + 1)
+        try:
+            return f.read(limits.NOTEBOOK_BYTES + 1)
+        except OSError as e:  # a "regular" file of /proc or a failing disk
+            raise NotebookError(f"无法读取 notebook {path}：{e.strerror}") from None
 
 
 def code_cells(nb) -> list[Cell]:

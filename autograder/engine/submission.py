@@ -68,7 +68,8 @@ def notebooks(path: Path) -> dict[str, Path | str]:
                                   f"作业编号开头（例如 {_number(first)}mine.ipynb），或者放在以作业名命名的文件夹里。")
         return {assignment: path}
     if not path.is_dir():
-        raise SubmissionError(f"找不到 {path}：--submission 要指向一个 notebook 或一个像 release/ 那样的文件夹。")
+        what = "不是 notebook（.ipynb），也不是文件夹" if path.exists() else "不存在"
+        raise SubmissionError(f"{path} {what}：--submission 要指向一个 notebook 或一个像 release/ 那样的文件夹。")
     folders = {path.name: path} if path.name in ASSIGNMENTS else {
         name: path / name for name in ASSIGNMENTS if (path / name).is_dir()}
     found = {name: _in_folder(folder, name) for name, folder in folders.items()}

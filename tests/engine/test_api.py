@@ -1,6 +1,8 @@
 """The Python API for integrators, ``autograder.grade_notebook`` and ``autograder.grade_code``: the verdicts
 every command gives, for a whole notebook file or for one exercise's source text."""
 import hashlib
+import os
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +49,25 @@ def test_bad_requests_say_what_is_wrong(tmp_path):
     broken = tmp_path / f"{ASSIGNMENT}.ipynb"
     broken.write_text("{", encoding="utf-8")
     assert all("不是合法的 notebook" in v.summary for v in autograder.grade_notebook(broken))
+
+
+def _odd_paths(tmp_path) -> dict:
+    folder = tmp_path / "folder" / f"{ASSIGNMENT}.ipynb"
+    folder.mkdir(parents=True)
+    fifo = tmp_path / f"fifo-{ASSIGNMENT}.ipynb"
+    os.mkfifo(fifo)
+    return {"a folder named like a notebook": folder, "a FIFO": fifo, "a device": Path("/dev/zero"),
+            "/proc/self/mem, which cannot be read": Path("/proc/self/mem")}
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo") or not os.path.exists("/proc/self/mem"), reason="needs Linux")
+def test_whatever_the_path_holds_the_verdicts_say_so_and_nothing_raises(tmp_path):
+    for what, path in _odd_paths(tmp_path).items():
+        verdicts = autograder.grade_notebook(path, ASSIGNMENT)
+        assert len(verdicts) == len(ASSIGNMENTS[ASSIGNMENT]), what
+        assert all(v.points == 0 and ("不是普通文件" in v.summary or "无法读取" in v.summary) for v in verdicts), \
+            (what, verdicts[0].summary)
+    with pytest.raises(SubmissionError, match="不是 notebook（.ipynb），也不是文件夹"):
+        autograder.grade_notebook("/proc/self/mem")
+    with pytest.raises(SubmissionError, match="不存在"):
+        autograder.grade_notebook(tmp_path / "nothing here")
