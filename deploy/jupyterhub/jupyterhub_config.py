@@ -51,6 +51,16 @@ c.JupyterHub.load_groups = {"instructors": {"users": sorted(grp.getgrnam(INSTRUC
 c.JupyterHub.load_roles = [{"name": "formgrader", "groups": ["instructors"],
                             "scopes": [f"access:services!service={SERVICE}"]}]
 
+def private_home(spawner) -> None:
+    """Before a user's server starts, their home is theirs alone (0700): Debian 12's ``useradd -m`` makes it 0755,
+    where every student could read every other's notebooks. (setup.sh also makes new homes 0700.)"""
+    home = Path(pwd.getpwnam(spawner.user.name).pw_dir)
+    if home.is_dir() and home.stat().st_mode & 0o077:
+        home.chmod(0o700)
+
+
+c.Spawner.pre_spawn_hook = private_home
+
 # Each user's server: this Hub's environment, whose kernels have the course's helpers and none of its graders.
 c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]
 c.Spawner.default_url = "/lab"

@@ -43,6 +43,15 @@ command -v npm >/dev/null || packages+=(npm)
 apt-get install -y "${packages[@]}"
 npm install -g "$PROXY"
 
+# Homes that `useradd -m` makes from now on are their owner's alone (Debian 12 makes them 0755); the Hub makes an
+# older one 0700 when its owner's server starts (jupyterhub_config.py's private_home).
+if grep -qE '^[[:space:]]*HOME_MODE' /etc/login.defs; then
+    sed -i -E 's/^[[:space:]]*HOME_MODE.*/HOME_MODE\t0700/' /etc/login.defs
+else
+    printf 'HOME_MODE\t0700\n' >> /etc/login.defs
+fi
+grep -qE '^HOME_MODE[[:space:]]+0700$' /etc/login.defs || { echo "setup.sh: could not set HOME_MODE 0700 in /etc/login.defs" >&2; exit 1; }
+
 getent group "$STUDENTS" >/dev/null || groupadd "$STUDENTS"
 getent group "$INSTRUCTORS" >/dev/null || groupadd "$INSTRUCTORS"
 # A system account without a password: no one logs in as it; the Hub runs the formgrader as it.

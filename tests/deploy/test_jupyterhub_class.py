@@ -135,9 +135,10 @@ def accounts():
     remove_accounts()
     for group in (STUDENTS, INSTRUCTORS):
         run("groupadd", group)
-    for user, group in MEMBERS.items():
+    for user, group in MEMBERS.items():  # homes as Debian 12's login.defs makes them: 0755
         run("useradd", "--create-home", "--home-dir", str(homes / user), "--shell", "/bin/bash",
             *(["--groups", group] if group else []), user)
+    (homes / GRADER).chmod(0o700)  # as setup.sh makes it
     subprocess.run(["chpasswd"], input="".join(f"{u}:{PASSWORD}\n" for u in MEMBERS if u != GRADER),
                    text=True, check=True)
     yield homes
@@ -181,9 +182,14 @@ class Hub:
 
     def terminal(self, student: str, *command: str) -> None:
         """``command`` in a terminal of ``student``'s (their account, their Jupyter config), on the server."""
-        run("nsenter", f"--mount=/proc/{self.pid}/ns/mnt", "--", "runuser", "-u", student, "--", "env",
-            f"HOME={self.homes / student}", f"JUPYTER_CONFIG_PATH={DEPLOY / 'student'}", "sh", "-c",
-            f"cd && {shlex.join(command)}")
+        done = self.attempt(student, *command)
+        assert done.returncode == 0, f"{shlex.join(command)}: {done.stdout}{done.stderr}"
+
+    def attempt(self, student: str, *command: str) -> subprocess.CompletedProcess:
+        """What ``command`` does in a terminal of ``student``'s on the server, whether it succeeds or not."""
+        return subprocess.run(["nsenter", f"--mount=/proc/{self.pid}/ns/mnt", "--", "runuser", "-u", student, "--",
+                               "env", f"HOME={self.homes / student}", f"JUPYTER_CONFIG_PATH={DEPLOY / 'student'}",
+                               "sh", "-c", f"cd && {shlex.join(command)}"], capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")
@@ -371,6 +377,22 @@ class TestAClassOnOneServer:
         assert seen["own formgrader"] == 404
         assert "Manage Assignments" not in graded_class["student at the formgrader"]
         assert "403" in graded_class["student at the formgrader"]
+
+
+    def test_no_student_reads_another_students_work_nor_the_graders(self, graded_class, hub):
+        """The first student's home, which useradd made 0755, is hers alone once her server has started: the
+        second cannot list it or read her notebook, nor list what the exchange collected, nor read the gradebook."""
+        home = hub.homes / STUDENT
+        assert stat.S_IMODE(home.stat().st_mode) == 0o700
+        from traitlets.config import PyFileConfigLoader
+
+        config = PyFileConfigLoader("nbgrader_config.py", path=str(REPO)).load_config()
+        exchange = f"{config.Exchange.root}/{config.CourseDirectory.course_id}"
+        for command in (["ls", str(home)], ["cat", str(home / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")],
+                        ["ls", f"{exchange}/inbound"], ["cat", str(hub.course / "gradebook.db")]):
+            done = hub.attempt(MISTAKEN, *command)
+            assert done.returncode != 0 and "Permission denied" in done.stderr, (command, done.stdout, done.stderr)
+        assert hub.attempt(MISTAKEN, "ls", exchange).returncode == 0  # where they fetch from is open to them
 
 
 def test_the_students_nbgrader_config_names_the_courses_exchange():
