@@ -104,4 +104,4 @@ def test_malformed_notebook_fails_every_exercise_with_a_clear_message(runs):
 def test_missing_path_is_a_usage_error(runs):
     done = runs.done["missing"]
     assert done.returncode == 4
-    assert "找不到" in done.stdout + done.stderr
+    assert "不存在" in done.stdout + done.stderr
