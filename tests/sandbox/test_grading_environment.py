@@ -5,6 +5,8 @@ need the command itself; the walls of a sandbox can be turned off in this proces
 import os
 import resource
 import shutil
+import sysconfig
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +110,39 @@ def attention_scores(q, k):
     lost = sum(e.points for e in ASSIGNMENTS[ASSIGNMENT]
                if e.name in ("attention_scores", "attention", "online_softmax_attention"))
     assert f"总分 Total: {TOTAL - lost}/{TOTAL}" in done.stdout and "PermissionError" in done.stdout, done.stdout
+
+
+@pytest.mark.slow  # a fresh grader as another user
+def test_without_landlock_a_grader_without_root_lets_student_code_write_nowhere(tmp_path):
+    """Where the grader is no root and Landlock is missing, student code runs as the grader: every mount of its
+    namespace is read-only but its private folder, so it cannot change a classmate's notebook, the grader's
+    outputs, the course or the venv (a .pth file there would run in the grader's next Python, outside every wall)."""
+    classmate = write_submission(tmp_path / "class" / "classmate", filled(source_solutions()))
+    targets = [classmate, tmp_path / "graded" / "grades.csv", REPO / "planted.py",
+               Path(sysconfig.get_paths()["purelib"]) / "planted.pth"]
+    (tmp_path / "graded").mkdir()
+    targets[1].write_text("student,total\n", encoding="utf-8")
+    attack = f"""
+def attention_scores(q, k):
+    written = []
+    for path in {[str(t) for t in targets]!r}:
+        try:
+            with open(path, "a") as f:
+                f.write("# planted\\n")
+            written.append(path)
+        except OSError as e:
+            error = e
+    raise error if not written else RuntimeError(f"wrote {{written}}")
+"""
+    before = {t: t.read_bytes() if t.exists() else None for t in targets}
+    notebook = write_submission(tmp_path / "mine", filled({**source_solutions(), "attention_scores": attack}))
+    try:
+        done = run_grader(notebook, walls_off="landlock", as_user=1000)
+        assert {t: t.read_bytes() if t.exists() else None for t in targets} == before
+    finally:
+        for planted in targets[2:]:
+            planted.unlink(missing_ok=True)
+    assert "OSError: [Errno 30] Read-only file system" in done.stdout and "运行出错：RuntimeError" not in done.stdout, done.stdout
+    lost = sum(e.points for e in ASSIGNMENTS[ASSIGNMENT]
+               if e.name in ("attention_scores", "attention", "online_softmax_attention"))
+    assert f"总分 Total: {TOTAL - lost}/{TOTAL}" in done.stdout, done.stdout

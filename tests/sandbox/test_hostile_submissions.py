@@ -158,7 +158,9 @@ def attention_scores(q, k):
     raise error
 '''
     verdict = graded(attack)
-    assert not verdict.passed and "PermissionError" in verdict.message, verdict.message
+    # Refused by the read-only mounts of the namespaces, or else by Landlock and the dropped capabilities.
+    assert not verdict.passed and ("Read-only file system" in verdict.message or "PermissionError" in verdict.message), \
+        verdict.message
 
 
 KILL = f'''

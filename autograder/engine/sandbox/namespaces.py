@@ -1,6 +1,6 @@
 """Linux namespaces for the fork server: its own PID namespace (so that, as PID 1, it can kill every
-process a run leaves behind), an empty network namespace, and a mount namespace in which ``/tmp`` is a
-small private tmpfs and ``/run`` and ``/dev/shm`` are empty. Root enters them directly; anyone else
+process a run leaves behind), an empty network namespace, and a mount namespace in which every file system is
+read-only but ``/tmp``, a small private tmpfs, and ``/run`` and ``/dev/shm`` are empty. Root enters them directly; anyone else
 through a user namespace that maps only their own uid and gid."""
 import ctypes
 import os
@@ -47,17 +47,47 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
 
 
 def private_mounts(tmp_bytes: int, tmp_inodes: int, mask_tmp: bool = True) -> str:
-    """In the new mount namespace: a private tmpfs of ``tmp_bytes`` (returned) and the ``MASKED`` folders
-    emptied. The tmpfs goes on ``/tmp`` itself when ``mask_tmp``, else on a fresh folder inside it (when
-    something the runs need lives under ``/tmp``). Nothing of this reaches the host's mounts."""
+    """In the new mount namespace: every file system read-only (``read_only``), then a private tmpfs of
+    ``tmp_bytes`` (returned), the one place to write, and the ``MASKED`` folders emptied. The tmpfs goes on ``/tmp``
+    itself when ``mask_tmp``, else on a fresh folder inside it (when something the runs need lives under ``/tmp``).
+    Nothing of this reaches the host's mounts."""
     _mount("none", "/", None, _MS_REC | _MS_PRIVATE)
     target = "/tmp" if mask_tmp else tempfile.mkdtemp(prefix="attention-course-sandbox-", dir="/tmp")
+    read_only()
     options = f"size={tmp_bytes},nr_inodes={tmp_inodes},mode=0700,uid={os.geteuid()},gid={os.getegid()}"
     _mount("tmpfs", target, "tmpfs", _MS_NOSUID | _MS_NODEV, options)
     for folder in MASKED:
         if os.path.isdir(folder) and not os.path.islink(folder):
             _mount("tmpfs", folder, "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "size=4k,mode=0755")
     return target
+
+
+# statvfs's flags that a remount must keep (the kernel refuses to clear them on a mount a user namespace did not
+# make): ST_NOSUID, ST_NODEV, ST_NOEXEC, ST_NOATIME and ST_NODIRATIME are MS_'s own bits; ST_RELATIME is not.
+_KEPT_FLAGS = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | 1024 | 2048
+_ST_RELATIME, _MS_RELATIME = 4096, 1 << 21
+
+
+def mount_points() -> list[str]:
+    """Every mount point of this mount namespace, as ``/proc/self/mountinfo`` lists them (its octal escapes
+    undone)."""
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        points = [line.split()[4] for line in f if line.strip()]
+    return [point.encode("utf-8", "surrogateescape").decode("unicode_escape").encode("latin-1").decode(
+        "utf-8", "surrogateescape") for point in points]
+
+
+def read_only() -> None:
+    """Every mount of this namespace remounted read-only, so that student code writes nowhere but where a
+    writable mount is put afterwards: not the course, the venv, the class folder or the grader's outputs, even
+    where Landlock is missing and it runs as the grader."""
+    for point in mount_points():
+        try:
+            flags = os.statvfs(point).f_flag
+        except OSError:  # a mount point hidden under a later mount
+            continue
+        kept = (flags & _KEPT_FLAGS) | (_MS_RELATIME if flags & _ST_RELATIME else 0)
+        _mount("none", point, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | kept)
 
 
 def hide(folders: list[str], covers: dict[str, list[str]] | None = None) -> None:
