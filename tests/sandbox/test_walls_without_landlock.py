@@ -65,6 +65,39 @@ def test_without_landlock_student_code_is_unprivileged_and_sees_no_answers(sandb
     assert "FileNotFoundError" in verdict.message, verdict.message  # an empty folder, not the answer
 
 
+def _the_rest_of_the_checkout() -> list[str]:
+    """Files of the checkout that hold answers outside the grading packages: git's history of ``solutions/`` (a
+    pack or a loose object), the simulated students' correct code, the instructor's notebook, the README."""
+    git = [p for p in sorted((REPO / ".git" / "objects").rglob("*")) if p.is_file()][:1] if (REPO / ".git").is_dir() \
+        else []
+    return [str(p) for p in [REPO / ".git" / "HEAD", *git, REPO / "tests" / "students" / "a01.py",
+                             REPO / "source" / "01_attention_basics" / "01_attention_basics.py", REPO / "README.md"]
+            if p.is_file()]
+
+
+@pytest.mark.parametrize("walls_off", [("landlock",), ("landlock", "user")], ids=["as nobody", "as root"])
+def test_without_landlock_a_run_reads_nothing_of_the_checkout_but_the_course(sandbox_off, walls_off):
+    """With the namespaces, the checkout is empty in each run but for the ``course`` package (and a venv inside it):
+    nothing of git's packs, the tests' correct code or the instructor's notebooks, as nobody or as root."""
+    files = _the_rest_of_the_checkout()
+    attack = f"""
+def attention_scores(q, k):
+    opened = []
+    for path in {files!r}:
+        try:
+            with open(path, "rb") as f:
+                f.read(1)
+            opened.append(path)
+        except OSError:
+            pass
+    raise RuntimeError(f"opened {{opened}}")
+"""
+    sandbox = sandbox_off(*walls_off)
+    assert "hidden-answers" in sandbox.hello()["up"] and "answers" not in sandbox.hello()["missing"]
+    verdict = grade(SCORES, cells_with(attack), sandbox=sandbox, timeout_s=10)
+    assert len(files) >= 4 and "RuntimeError: opened []" in verdict.message, verdict.message
+
+
 def test_an_honest_notebook_gets_full_marks_without_landlock(sandbox_off):
     sandbox = sandbox_off("landlock", "seccomp")
     honest = source_solutions()

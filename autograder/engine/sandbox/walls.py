@@ -33,7 +33,6 @@ from autograder.engine import limits
 from autograder.engine.errors import GraderProblem
 from autograder.engine.sandbox import syscall_filter
 from autograder.engine.sandbox.policy import LIST, READ, Limits, Policy
-from course import layout
 
 try:
     import resource
@@ -53,8 +52,9 @@ PURPOSE = {
     "rlimits": "resource limits: memory, CPU time, file size, open files（资源上限：内存、CPU 时间、文件大小、打开文件数）",
     "user": "without Landlock: an unprivileged user for student code where the grader is root"
             "（没有 Landlock 而评分者是 root 时，学生代码以无特权用户运行）",
-    "hidden-answers": "without Landlock: the grading packages are empty in each run's own mount namespace"
-                      "（没有 Landlock 时，每次运行看到的评分包都是空的）",
+    "hidden-answers": "without Landlock: in each run's own mount namespace the course repository holds only the "
+                      "course package, and the grading packages are empty（没有 Landlock 时，每次运行看到的课程仓库里"
+                      "只有 course 包，评分包都是空的）",
     "answers": "no wall keeps the answers out: every exercise is refused, no points are given"
                "（没有任何防护能挡住答案：所有练习都不评分，不给分）",
 }
@@ -109,6 +109,8 @@ class Walls:
     _covers: dict[str, list[str]] = field(default_factory=dict)  # a folder the user may not enter -> what runs read in it
     _answers: list[Path] = field(default_factory=list)  # the answer folders and the file of each the probe tries,
     _probes: list[str] = field(default_factory=list)  # found before the private /tmp can hide one (a cache under /tmp)
+    _checkout: Path | None = None  # the course repository, when the grading packages are not installed
+    _reads: list[Path] = field(default_factory=list)  # what runs read (``_run_reads``)
     _ruleset: object = None
     _filter: object = None
 
@@ -161,7 +163,8 @@ class Walls:
         """
         linux = sys.platform.startswith("linux")
         paths = readable_paths() if linux else []
-        self._answers = _answer_folders()
+        self._reads, self._checkout = _run_reads(paths), _checkout()
+        self._answers = _answer_folders(self._reads)
         self._probes = [str(p) for p in _answer_files(self._answers)]
         if linux:
             from autograder.engine.sandbox import landlock  # noqa: F401 - imported before any mount can hide it
@@ -255,18 +258,26 @@ class Walls:
         return covers, ""
 
     def _prepare_hiding(self) -> None:
-        """Without Landlock but with namespaces: each run mounts empty folders over the grading packages and
-        the course's ``source/``, in a mount namespace of its own (the fork server still needs them)."""
+        """Without Landlock but with namespaces: in a mount namespace of each run's own (the fork server still
+        needs them), the course repository is empty but for what runs read in it (the ``course`` package, a venv
+        inside it): no grading package, ``source/``, ``tests/`` or ``.git`` with its packed history; and the
+        grading packages installed elsewhere and the outputs kept on disk are empty folders."""
         if "landlock" in self.up or not self.in_namespaces:
             return
         if "hidden-answers" in _disabled():
             self.note("hidden-answers", False, f"turned off by {_ENV_DISABLE}")
             return
+        covers = dict(self._covers)
+        checkout = self._checkout
+        if checkout is not None and _in_view(checkout, covers):
+            inside = [str(path) for path in self._reads if _inside(path, checkout) and path != checkout]
+            covers[str(checkout)] = sorted({*covers.get(str(checkout), []), *inside})
         # A folder the private /tmp already hides (a cache under /tmp) is not there to be covered.
-        hidden = [str(folder) for folder in self._answers if folder.is_dir() and _in_view(folder, self._covers)]
-        why = _try_in_child(lambda _: _hide(hidden, self._covers))
+        hidden = [str(folder) for folder in self._answers if folder.is_dir() and _in_view(folder, covers)
+                  and not (checkout is not None and _inside(folder, checkout))]
+        why = _try_in_child(lambda _: _hide(hidden, covers))
         if self.note("hidden-answers", not why, f"the kernel refused the mounts ({why})"):
-            self._hidden = hidden
+            self._hidden, self._covers = hidden, covers
 
     def _check_answers(self) -> None:
         """A probe run behind every wall tries to read one file of each grading package; if it reads any,
@@ -463,21 +474,34 @@ def _output_store() -> list[Path]:
         return []
 
 
-def _answer_folders() -> list[Path]:
-    """The folders that hold answers: the grading packages, the outputs kept on disk, and the instructor's
-    notebooks of a checkout."""
-    grading = _grading_packages()
-    source = grading[0].parent / layout.SOURCE if grading else None
-    return grading + _output_store() + ([source] if source and source.is_dir() else [])
+def _checkout() -> Path | None:
+    """The course repository that holds the grading packages, when they are not installed (an editable install)."""
+    packages = _grading_packages()
+    return packages[0].parent if packages and (packages[0].parent / "pyproject.toml").is_file() else None
 
 
-def _answer_files(folders: list[Path]) -> list[Path]:
-    """One regular file of each answer folder, for the probe to try: a module where it holds some."""
+def _answer_folders(reads: list[Path]) -> list[Path]:
+    """Where answers are: the grading packages and the outputs kept on disk; and in a checkout, everything of it
+    but what runs read (``reads``: the ``course`` package, a venv inside it): ``source/``, ``tests/`` (the correct
+    code of its simulated students), the ``.git`` whose packs hold every version of ``solutions/``, each other
+    entry."""
+    checkout = _checkout()
+    rest = [] if checkout is None else sorted(
+        entry for entry in checkout.iterdir() if not any(_inside(read, entry.resolve()) for read in reads))
+    return list(dict.fromkeys([*_grading_packages(), *_output_store(), *rest]))
+
+
+def _answer_files(places: list[Path]) -> list[Path]:
+    """One regular file of each answer place, for the probe to try: the file itself, or a module (else any file)
+    of a folder."""
     found = []
-    for folder in folders:
-        files = sorted(p for p in folder.rglob("*.py") if p.is_file()) or sorted(p for p in folder.iterdir() if p.is_file())
-        found += files[:1]
-    return found
+    for place in places:
+        if place.is_file():
+            found.append(place)
+        elif place.is_dir():
+            module = next((p for p in sorted(place.rglob("*.py")) if p.is_file()), None)
+            found.append(module or next((p for p in sorted(place.rglob("*")) if p.is_file()), None))
+    return [path for path in found if path is not None]
 
 
 def _readable(path: str) -> bool:
