@@ -11,9 +11,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -294,3 +296,33 @@ def test_a_forged_late_value_in_a_shard_is_refused(canvas_shards, tmp_path, forg
     merged = course_grade("--merge", shards[0], edited, "--out", tmp_path / "merged")
     assert merged.returncode == 2 and str(record_file(edited)) in merged.stderr and "late" in merged.stderr
     assert not (tmp_path / "merged" / "grades.csv").exists()
+
+
+@pytest.mark.slow  # a class run of its own, its sandboxes without Landlock
+def test_without_landlock_no_notebook_reads_a_classmates(tmp_path, monkeypatch, request):
+    """The class folder and the outputs are the run's own: where Landlock is missing, each run's mount namespace
+    shows them empty, so a student who copies a classmate's answer from the class folder gets nothing."""
+    monkeypatch.setenv("ATTENTION_COURSE_SANDBOX_OFF", "landlock")
+    # Readable by everyone, and outside /tmp (which each run's namespace already replaces), as a class often is.
+    folder = Path(tempfile.mkdtemp(prefix="class-", dir="/var/tmp")) / "submitted"
+    folder.parent.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(folder.parent, ignore_errors=True))
+    alice = write_submission(folder / "alice", filled(source_solutions(A)))
+    copy = f'''
+import json
+import math
+import torch
+def attention_scores(q, k):
+    cells = json.load(open({str(alice)!r}))["cells"]
+    space = {{"torch": torch, "math": math}}
+    exec(next("".join(c["source"]) for c in cells if "def attention_scores" in "".join(c["source"])), space)
+    return space["attention_scores"](q, k)
+'''
+    write_submission(folder / "mallory", filled({**source_solutions(A), "attention_scores": copy}))
+    run = course_grade(folder, "--out", tmp_path / "graded", "--notebook-timeout", CAP)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = grades(tmp_path / "graded")
+    assert rows["alice"][f"{A}/attention_scores"] == str(POINTS["attention_scores"])
+    assert rows["mallory"][f"{A}/attention_scores"] == "0", rows["mallory"]
+    page = (tmp_path / "graded" / "feedback" / "mallory" / f"{A}.html").read_text(encoding="utf-8")
+    assert "FileNotFoundError" in page or "PermissionError" in page, page

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from autograder.engine import limits
 from autograder.engine.sandbox import wire
 from autograder.engine.sandbox.policy import Policy
+from autograder.engine.sandbox.walls import PRIVATE_ENV
 
 # The fork server imports the very engine this grader runs, even where the course is not pip-installed.
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -41,9 +42,11 @@ class Answer:
 
 
 class Sandbox:
-    """A fork server and the pipes to it. Not thread-safe: one job at a time."""
+    """A fork server and the pipes to it. Not thread-safe: one job at a time. ``private``: folders of this grading
+    run that no run may read (a class's notebooks, the grader's outputs), kept out as the answers are."""
 
-    def __init__(self):
+    def __init__(self, private: tuple[str, ...] = ()):
+        self._private = tuple(os.path.abspath(folder) for folder in private)
         self._process: subprocess.Popen | None = None
         self._stderr = None
         self._folder = None
@@ -60,7 +63,8 @@ class Sandbox:
         self._stderr = tempfile.TemporaryFile()
         # An empty folder to start in, so that nothing there can shadow a module; it must outlive the start.
         self._folder = tempfile.TemporaryDirectory(prefix="attention-course-")
-        self._process = subprocess.Popen([sys.executable, "-c", _START], stdin=subprocess.PIPE,
+        env = {**os.environ, PRIVATE_ENV: os.pathsep.join(self._private)}
+        self._process = subprocess.Popen([sys.executable, "-c", _START], stdin=subprocess.PIPE, env=env,
                                          stdout=subprocess.PIPE, stderr=self._stderr, cwd=self._folder.name,
                                          start_new_session=True)  # a Ctrl-C in the terminal is ours alone
         self._hello = None

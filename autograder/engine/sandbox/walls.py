@@ -60,6 +60,7 @@ PURPOSE = {
 }
 _ENV_DISABLE = "ATTENTION_COURSE_SANDBOX_OFF"  # comma-separated walls to leave down: for tests of the fallbacks
 _ENV_USER = "ATTENTION_COURSE_SANDBOX_USER"  # "uid:gid" student code runs as where the grader is root
+PRIVATE_ENV = "ATTENTION_COURSE_SANDBOX_PRIVATE"  # folders of the grading run kept from runs (``Sandbox(private)``)
 _NOBODY = (65534, 65534)  # nobody / nogroup on Debian and Ubuntu, Gradescope's images
 _REACHED = "a run can read"
 
@@ -110,6 +111,7 @@ class Walls:
     _answers: list[Path] = field(default_factory=list)  # the answer folders and the file of each the probe tries,
     _probes: list[str] = field(default_factory=list)  # found before the private /tmp can hide one (a cache under /tmp)
     _checkout: Path | None = None  # the course repository, when the grading packages are not installed
+    _private: list[Path] = field(default_factory=list)  # the grading run's own folders (``PRIVATE_ENV``)
     _reads: list[Path] = field(default_factory=list)  # what runs read (``_run_reads``)
     _ruleset: object = None
     _filter: object = None
@@ -163,8 +165,8 @@ class Walls:
         """
         linux = sys.platform.startswith("linux")
         paths = readable_paths() if linux else []
-        self._reads, self._checkout = _run_reads(paths), _checkout()
-        self._answers = _answer_folders(self._reads)
+        self._reads, self._checkout, self._private = _run_reads(paths), _checkout(), _private_folders()
+        self._answers = [*_answer_folders(self._reads), *self._private]
         self._probes = [str(p) for p in _answer_files(self._answers)]
         if linux:
             from autograder.engine.sandbox import landlock  # noqa: F401 - imported before any mount can hide it
@@ -259,22 +261,22 @@ class Walls:
 
     def _prepare_hiding(self) -> None:
         """Without Landlock but with namespaces: in a mount namespace of each run's own (the fork server still
-        needs them), the course repository is empty but for what runs read in it (the ``course`` package, a venv
-        inside it): no grading package, ``source/``, ``tests/`` or ``.git`` with its packed history; and the
-        grading packages installed elsewhere and the outputs kept on disk are empty folders."""
+        needs them), the course repository and the grading run's own folders (a class, the outputs) are empty but
+        for what runs read in them (the ``course`` package, a venv inside the checkout): no grading package,
+        ``source/``, ``tests/``, ``.git`` with its packed history, or classmate's notebook; and the grading
+        packages installed elsewhere and the outputs kept on disk are empty folders."""
         if "landlock" in self.up or not self.in_namespaces:
             return
         if "hidden-answers" in _disabled():
             self.note("hidden-answers", False, f"turned off by {_ENV_DISABLE}")
             return
         covers = dict(self._covers)
-        checkout = self._checkout
-        if checkout is not None and _in_view(checkout, covers):
-            inside = [str(path) for path in self._reads if _inside(path, checkout) and path != checkout]
-            covers[str(checkout)] = sorted({*covers.get(str(checkout), []), *inside})
-        # A folder the private /tmp already hides (a cache under /tmp) is not there to be covered.
-        hidden = [str(folder) for folder in self._answers if folder.is_dir() and _in_view(folder, covers)
-                  and not (checkout is not None and _inside(folder, checkout))]
+        # A folder the private /tmp already hides (a class or a cache under /tmp) is not there to be covered.
+        for folder in [*([self._checkout] if self._checkout else []), *self._private]:
+            if folder.is_dir() and _in_view(folder, covers):
+                inside = [str(path) for path in self._reads if _inside(path, folder) and path != folder]
+                covers[str(folder)] = sorted({*covers.get(str(folder), []), *inside})
+        hidden = [str(folder) for folder in self._answers if folder.is_dir() and _in_view(folder, covers)]
         why = _try_in_child(lambda _: _hide(hidden, covers))
         if self.note("hidden-answers", not why, f"the kernel refused the mounts ({why})"):
             self._hidden, self._covers = hidden, covers
@@ -478,6 +480,12 @@ def _checkout() -> Path | None:
     """The course repository that holds the grading packages, when they are not installed (an editable install)."""
     packages = _grading_packages()
     return packages[0].parent if packages and (packages[0].parent / "pyproject.toml").is_file() else None
+
+
+def _private_folders() -> list[Path]:
+    """The folders the grader named as the run's own (``PRIVATE_ENV``), resolved, those that exist."""
+    named = [Path(p).resolve() for p in os.environ.get(PRIVATE_ENV, "").split(os.pathsep) if p]
+    return [folder for folder in dict.fromkeys(named) if folder.is_dir()]
 
 
 def _answer_folders(reads: list[Path]) -> list[Path]:

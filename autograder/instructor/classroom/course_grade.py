@@ -137,7 +137,8 @@ class ClassRun:
     def grade(self) -> bool:
         """Grade every group on warm workers, saving each result as it comes; False when stopped by Ctrl-C."""
         self.progress = Progress(len(self.groups))
-        self.pool = Pool(min(self.args.jobs, len(self.groups)), self.args.notebook_timeout)
+        self.pool = Pool(min(self.args.jobs, len(self.groups)), self.args.notebook_timeout,
+                         private=(str(self.roster.root), str(self.out)))
         self.start = time.monotonic()
         try:
             if self.groups:

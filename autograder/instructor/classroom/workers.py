@@ -35,8 +35,9 @@ class Task:
     name: str
 
 
-def _serve(conn: Connection, cap_s: float) -> None:
-    """A worker's life: start a sandbox, say which walls it has, then grade notebooks until told to stop."""
+def _serve(conn: Connection, cap_s: float, private: tuple[str, ...]) -> None:
+    """A worker's life: start a sandbox (that keeps ``private`` from runs), say which walls it has, then grade
+    notebooks until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent, which stops the workers itself
     if sys.platform.startswith("linux"):  # and if the parent is killed outright, the workers go with it
         from autograder.engine.sandbox.privileges import set_parent_death_signal
@@ -44,7 +45,7 @@ def _serve(conn: Connection, cap_s: float) -> None:
         set_parent_death_signal(signal.SIGKILL)
     from autograder.engine.sandbox.client import Sandbox, SandboxError
 
-    sandbox = Sandbox()
+    sandbox = Sandbox(private)
     sandbox.start()  # its torch import overlaps this process's own
     import torch
 
@@ -66,9 +67,10 @@ def _serve(conn: Connection, cap_s: float) -> None:
 
 
 class _Worker:
-    def __init__(self, context, cap_s: float):
+    def __init__(self, context, cap_s: float, private: tuple[str, ...]):
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child, cap_s), daemon=True, name="course-grade worker")
+        self.process = context.Process(target=_serve, args=(child, cap_s, private), daemon=True,
+                                       name="course-grade worker")
         # Started with Ctrl-C ignored, which a new interpreter keeps: a Ctrl-C while it is still importing
         # must not kill it with a traceback (``_serve`` ignores it too, for pools started off the main thread).
         main = threading.current_thread() is threading.main_thread()
@@ -100,9 +102,10 @@ def _failed(task: Task, why: str) -> list[Verdict]:
 class Pool:
     """``jobs`` warm workers; ``run`` grades tasks and reports each result through a callback."""
 
-    def __init__(self, jobs: int, cap_s: float):
+    def __init__(self, jobs: int, cap_s: float, private: tuple[str, ...] = ()):
         self.jobs = max(1, jobs)
         self.cap_s = cap_s
+        self.private = private  # folders no run may read: the class's, the outputs
         self.missing_walls: dict[str, str] = {}
         self._context = multiprocessing.get_context("spawn")
         self._workers: list[_Worker] = []
@@ -110,7 +113,7 @@ class Pool:
     def run(self, tasks: Iterator[Task], done: Callable[[Task, list[Verdict], float], None]) -> None:
         """Grade every task; ``done(task, verdicts, seconds)`` is called in this process as each finishes."""
         tasks = iter(tasks)
-        self._workers = [_Worker(self._context, self.cap_s) for _ in range(self.jobs)]
+        self._workers = [_Worker(self._context, self.cap_s, self.private) for _ in range(self.jobs)]
         idle, busy, exhausted = list(self._workers), [], False
         while True:
             while idle and not exhausted:
@@ -160,7 +163,7 @@ class Pool:
         task = worker.task
         worker.kill()
         done(task, _failed(task, why), time.monotonic() - worker.since)
-        fresh = _Worker(self._context, self.cap_s)
+        fresh = _Worker(self._context, self.cap_s, self.private)
         self._workers[self._workers.index(worker)] = fresh
         return fresh
 
