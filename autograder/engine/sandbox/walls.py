@@ -166,7 +166,7 @@ class Walls:
         linux = sys.platform.startswith("linux")
         paths = readable_paths() if linux else []
         self._reads, self._checkout, self._private = _run_reads(paths), _checkout(), _private_folders()
-        self._answers = [*_answer_folders(self._reads), *self._private]
+        self._answers = [*_answer_folders(self._reads, self._checkout), *self._private]
         self._probes = [str(p) for p in _answer_files(self._answers)]
         if linux:
             from autograder.engine.sandbox import landlock  # noqa: F401 - imported before any mount can hide it
@@ -282,8 +282,9 @@ class Walls:
             self._hidden, self._covers = hidden, covers
 
     def _check_answers(self) -> None:
-        """A probe run behind every wall tries to read one file of each grading package; if it reads any,
-        nothing keeps the answers out and ``answers_reachable`` says so (the fork server then refuses jobs)."""
+        """A probe run behind every wall tries to read one file of each place answers are (``_answer_folders``,
+        and the run's own folders); if it reads any, nothing keeps the answers out and ``answers_reachable`` says
+        so (the fork server then refuses jobs)."""
         probes = self._probes
 
         def probe(result_fd: int) -> None:
@@ -488,12 +489,11 @@ def _private_folders() -> list[Path]:
     return [folder for folder in dict.fromkeys(named) if folder.is_dir()]
 
 
-def _answer_folders(reads: list[Path]) -> list[Path]:
-    """Where answers are: the grading packages and the outputs kept on disk; and in a checkout, everything of it
-    but what runs read (``reads``: the ``course`` package, a venv inside it): ``source/``, ``tests/`` (the correct
-    code of its simulated students), the ``.git`` whose packs hold every version of ``solutions/``, each other
-    entry."""
-    checkout = _checkout()
+def _answer_folders(reads: list[Path], checkout: Path | None) -> list[Path]:
+    """Where answers are: the grading packages and the outputs kept on disk; and in a ``checkout``, everything of
+    it but what runs read (``reads``: the ``course`` package, a venv inside it): ``source/``, ``tests/`` (the
+    correct code of its simulated students), the ``.git`` whose packs hold every version of ``solutions/``, each
+    other entry."""
     rest = [] if checkout is None else sorted(
         entry for entry in checkout.iterdir() if not any(_inside(read, entry.resolve()) for read in reads))
     return list(dict.fromkeys([*_grading_packages(), *_output_store(), *rest]))
@@ -657,7 +657,7 @@ class Tree:
             qwen35_weights.cache_folder().mkdir(parents=True, exist_ok=True)
         paths = sysconfig.get_paths()
         library = tuple(p for key in ("stdlib", "platstdlib", "purelib", "platlib") if (p := paths.get(key)))
-        checkout = packages[0].parent if packages and (packages[0].parent / "pyproject.toml").is_file() else None
+        checkout = _checkout()
         return cls(sys_path=tuple(sys.path), sysconfig_paths=library, prefix=sys.prefix, course=tuple(course.__path__),
                    grading=tuple(packages), checkout=checkout, weights=tuple(_weights_folders()),
                    output_store=tuple(output_store))
