@@ -15,11 +15,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder.engine.assignments import ASSIGNMENTS, EXERCISES  # noqa: E402
+from autograder.engine.assignments import EXERCISES  # noqa: E402
 from autograder.engine.grading import judge  # noqa: E402
 from autograder.engine.sandbox.client import shared  # noqa: E402
 from tests import natural_mistakes, students  # noqa: E402
-from tests.natural_mistakes import checks, reach  # noqa: E402
+from tests.natural_mistakes import checks  # noqa: E402
 
 
 def _said(verdict) -> dict:
@@ -29,13 +29,8 @@ def _said(verdict) -> dict:
 
 def natural(sandbox) -> dict:
     """entry id -> exercise -> verdict, as ``tests/checks/test_natural_mistakes.py`` grades each entry."""
-    found = {}
-    for module, entry in natural_mistakes.all_entries():
-        graded = reach.affected(module, entry)
-        cells, given = checks.presented(module, entry), {}
-        found[entry.id] = {e.name: _said(judge(e, cells, sandbox, verdicts=given))
-                           for e in ASSIGNMENTS[module.ASSIGNMENT] if e.name in graded}
-    return found
+    return {entry.id: {v.exercise: _said(v) for v in checks.verdicts(module, entry, sandbox)}
+            for module, entry in natural_mistakes.all_entries()}
 
 
 def seeded(sandbox) -> dict:

@@ -24,17 +24,22 @@ def presented(module, entry, presentation: str | None = None) -> list[Cell]:
     return graded_cells(present(presentation or one_of_them(entry.id), blocks))
 
 
+def verdicts(module, entry, sandbox) -> list:
+    """The verdicts on the entry's notebook, in the presentation its id picks, of the exercises it can change
+    (``reach.affected``): the others run the correct code."""
+    graded = reach.affected(module, entry)
+    cells, given = presented(module, entry), {}
+    return [judge(e, cells, sandbox, verdicts=given) for e in ASSIGNMENTS[module.ASSIGNMENT] if e.name in graded]
+
+
 def reads_as_judged(module, entry, sandbox) -> None:
     """The entry is caught, its names are those judged, and a message judged named or clue still is, in the
-    presentation its id picks. Only the exercises the entry can change are graded (``reach.affected``): the others
-    run the correct code."""
+    presentation its id picks. Only the exercises the entry can change are graded (``verdicts``)."""
     graded = reach.affected(module, entry)
     assert set(entry.exercises) <= set(graded), f"{entry.id} lists exercises it cannot change: {entry.exercises}"
-    cells, given = presented(module, entry), {}
-    verdicts = [judge(e, cells, sandbox, verdicts=given) for e in ASSIGNMENTS[module.ASSIGNMENT] if e.name in graded]
     row = {"exercises": list(entry.exercises),
            "verdicts": [{"exercise": v.exercise, "passed": v.passed, "summary": v.summary, "details": v.details,
-                         "mistake": v.mistake} for v in verdicts]}
+                         "mistake": v.mistake} for v in verdicts(module, entry, sandbox)]}
     judged, why = JUDGED[entry.id]
     assert set(NAMES.get(entry.id, {})) <= set(graded), f"{entry.id} was judged on exercises it cannot change"
     now = reading(row)

@@ -1,7 +1,7 @@
 """Linux namespaces for the fork server: its own PID namespace (so that, as PID 1, it can kill every
 process a run leaves behind), an empty network namespace, and a mount namespace in which every file system is
-read-only but ``/tmp``, a small private tmpfs, and ``/run`` and ``/dev/shm`` are empty. Root enters them directly; anyone else
-through a user namespace that maps only their own uid and gid."""
+read-only but ``/tmp``, a small private tmpfs, and ``/run`` and ``/dev/shm`` are empty. Root enters them
+directly; anyone else through a user namespace that maps only their own uid and gid."""
 import ctypes
 import os
 import stat
