@@ -6,15 +6,19 @@ import os
 import resource
 import shutil
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from autograder.engine.assignments import ASSIGNMENTS
+from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from autograder.engine.grading import grade_notebook
+from autograder.engine.judging import grade
 from autograder.engine.sandbox import landlock
 from autograder.engine.sandbox.client import Sandbox
 from autograder.engine.sandbox.walls import PURPOSE, describe_missing
+from autograder.engine.student_code import Cell
+from course.cache import CACHE_ENV
 from course.layout import ROOT as REPO
 from tests.commands import pytest_autograder
 from tests.notebooks import ASSIGNMENT, filled, source_solutions, write_submission
@@ -146,3 +150,27 @@ def attention_scores(q, k):
     lost = sum(e.points for e in ASSIGNMENTS[ASSIGNMENT]
                if e.name in ("attention_scores", "attention", "online_softmax_attention"))
     assert f"总分 Total: {TOTAL - lost}/{TOTAL}" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("walls_off", ["", "landlock"], ids=["all walls", "no landlock"])
+def test_a_course_under_tmp_leaves_nothing_in_tmp(monkeypatch, walls_off):
+    """Where runs read something under /tmp (a clone there, here the course cache), /tmp stays visible and each
+    run writes in a tmpfs on a folder inside it. Every file system is read-only in the fork server's namespace,
+    so that folder is the grader's to remove: none is left behind once the sandbox stops (a day of test runs from
+    a clone under /tmp had left 141)."""
+    cache = Path(tempfile.mkdtemp(prefix="course-cache-", dir="/tmp"))
+    (cache / "qwen35").mkdir()
+    monkeypatch.setenv(CACHE_ENV, str(cache))
+    monkeypatch.setenv("ATTENTION_COURSE_SANDBOX_OFF", walls_off)
+    sandbox = Sandbox()
+    try:
+        written = sandbox.policy().writable
+        assert written != "/tmp" and Path(written).is_relative_to("/tmp"), written
+        attack = ("def attention_scores(q, k):\n    open('kept.txt', 'w').write('x')\n"
+                  "    return q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n")
+        verdict = grade(EXERCISES["attention_scores"], [Cell("代码单元 #1", attack)], sandbox=sandbox, timeout_s=10)
+        assert verdict.passed, verdict.message
+    finally:
+        sandbox.stop()
+        shutil.rmtree(cache)
+    assert not Path(written).exists() and not list(Path("/tmp").glob(f"*/{Path(written).name}")), written

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from autograder.engine import limits
 from autograder.engine.sandbox import wire
 from autograder.engine.sandbox.policy import Policy
-from autograder.engine.sandbox.walls import PRIVATE_ENV
+from autograder.engine.sandbox.walls import PRIVATE_ENV, SCRATCH_ENV
 
 # The fork server imports the very engine this grader runs, even where the course is not pip-installed.
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -61,9 +61,10 @@ class Sandbox:
         if self._process is not None and self._process.poll() is None:
             return
         self._stderr = tempfile.TemporaryFile()
-        # An empty folder to start in, so that nothing there can shadow a module; it must outlive the start.
+        # An empty folder to start in, so that nothing there can shadow a module; also where the fork server makes
+        # what it cannot remove itself (SCRATCH_ENV). It must outlive the fork server.
         self._folder = tempfile.TemporaryDirectory(prefix="attention-course-")
-        env = {**os.environ, PRIVATE_ENV: os.pathsep.join(self._private)}
+        env = {**os.environ, PRIVATE_ENV: os.pathsep.join(self._private), SCRATCH_ENV: self._folder.name}
         self._process = subprocess.Popen([sys.executable, "-c", _START], stdin=subprocess.PIPE, env=env,
                                          stdout=subprocess.PIPE, stderr=self._stderr, cwd=self._folder.name,
                                          start_new_session=True)  # a Ctrl-C in the terminal is ours alone

@@ -5,7 +5,6 @@ directly; anyone else through a user namespace that maps only their own uid and 
 import ctypes
 import os
 import stat
-import tempfile
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
@@ -46,13 +45,12 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
                        data.encode() if data else None), f"mount {target}")
 
 
-def private_mounts(tmp_bytes: int, tmp_inodes: int, mask_tmp: bool = True) -> str:
+def private_mounts(tmp_bytes: int, tmp_inodes: int, target: str = "/tmp") -> str:
     """In the new mount namespace: every file system read-only (``read_only``), then a private tmpfs of
-    ``tmp_bytes`` (returned), the one place to write, and the ``MASKED`` folders emptied. The tmpfs goes on ``/tmp``
-    itself when ``mask_tmp``, else on a fresh folder inside it (when something the runs need lives under ``/tmp``).
-    Nothing of this reaches the host's mounts."""
+    ``tmp_bytes`` on ``target`` (returned), the one place to write, and the ``MASKED`` folders emptied. ``target``
+    is ``/tmp`` itself, or a folder inside it when something the runs need lives under ``/tmp``. Nothing of this
+    reaches the host's mounts."""
     _mount("none", "/", None, _MS_REC | _MS_PRIVATE)
-    target = "/tmp" if mask_tmp else tempfile.mkdtemp(prefix="attention-course-sandbox-", dir="/tmp")
     read_only()
     options = f"size={tmp_bytes},nr_inodes={tmp_inodes},mode=0700,uid={os.geteuid()},gid={os.getegid()}"
     _mount("tmpfs", target, "tmpfs", _MS_NOSUID | _MS_NODEV, options)
@@ -127,8 +125,3 @@ def _mount_point(folder: str, path: str, is_dir: bool) -> None:
             os.chmod(current, 0o755)
     if not is_dir:
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
-
-
-def unmount(target: str) -> None:
-    """Detach the mount on ``target`` (lazily, as the last process using it may still be exiting)."""
-    _check(_libc.umount2(target.encode(), 2), f"umount {target}")  # MNT_DETACH

@@ -61,6 +61,7 @@ PURPOSE = {
 _ENV_DISABLE = "ATTENTION_COURSE_SANDBOX_OFF"  # comma-separated walls to leave down: for tests of the fallbacks
 _ENV_USER = "ATTENTION_COURSE_SANDBOX_USER"  # "uid:gid" student code runs as where the grader is root
 PRIVATE_ENV = "ATTENTION_COURSE_SANDBOX_PRIVATE"  # folders of the grading run kept from runs (``Sandbox(private)``)
+SCRATCH_ENV = "ATTENTION_COURSE_SANDBOX_SCRATCH"  # a folder the grader made for the fork server, removed after it
 _NOBODY = (65534, 65534)  # nobody / nogroup on Debian and Ubuntu, Gradescope's images
 _REACHED = "a run can read"
 
@@ -187,7 +188,11 @@ class Walls:
 
             try:
                 os.chdir("/")
-                self.workdir = namespaces.private_mounts(limits.TMP_BYTES, limits.TMP_FILES, mask_tmp)
+                # Inside /tmp, the tmpfs's mount point is the grader's to remove: from here, every file system is
+                # read-only once the mounts are made.
+                target = "/tmp" if mask_tmp else tempfile.mkdtemp(prefix="attention-course-sandbox-",
+                                                                  dir=os.environ.get(SCRATCH_ENV) or "/tmp")
+                self.workdir = namespaces.private_mounts(limits.TMP_BYTES, limits.TMP_FILES, target)
                 self.note("namespaces", True)
                 return
             except OSError as e:
@@ -312,18 +317,10 @@ class Walls:
             self.note("seccomp", False, f"libseccomp is not available ({type(e).__name__}: {e})")
 
     def close(self) -> None:
-        """Remove the private folder when it was made inside the host's ``/tmp`` (a tmpfs over ``/tmp`` itself
-        vanishes with the namespace)."""
-        if not self.workdir or self.workdir == "/tmp":
-            return
-        if self.in_namespaces:
-            from autograder.engine.sandbox import namespaces
-
-            try:
-                namespaces.unmount(self.workdir)
-            except OSError:
-                return
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        """Remove the private folder where it is a plain one. A private tmpfs vanishes with the namespace, and a mount
+        point inside ``/tmp`` lies in the grader's scratch folder (``SCRATCH_ENV``), which the grader removes."""
+        if self.workdir and "namespaces" not in self.up:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def clean_up_after_run(self, child: int) -> None:
         """Kill every process the run left behind, reap them all, and empty the private folder."""
