@@ -252,3 +252,43 @@ def test_the_gradescope_bundle_fails_closed_when_nothing_keeps_the_answers_out(b
     assert report["score"] == 0
     assert "cannot keep the answers out" in report["output"], report["output"]
     assert PURPOSE["answers"] in done.stdout
+
+
+@pytest.fixture
+def open_class():
+    """A class folder everyone may write to (as a shared folder of a lab can be), with a classmate's notebook in
+    it: (the class folder, the notebook)."""
+    folder = Path(tempfile.mkdtemp(prefix="open-class-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    notebook = write_submission(folder / "classmate", filled(source_solutions()))
+    for path, mode in ((folder, 0o777), (notebook.parent, 0o777), (notebook, 0o666)):
+        os.chmod(path, mode)
+    yield folder.resolve(), notebook
+    shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("walls_off", [("landlock",), ("landlock", "namespaces")], ids=["no landlock", "neither"])
+def test_a_run_never_changes_a_classmates_notebook_in_a_class_folder_open_to_all(monkeypatch, open_class, walls_off):
+    """Without Landlock a run as nobody may still write where everyone may. With namespaces its file systems are
+    read-only and the class folder is hidden: grading goes on and the notebook is untouched. Without them nothing
+    stops the write, so the probe run finds it and grading fails closed, naming the folder."""
+    folder, notebook = open_class
+    before = notebook.read_bytes()
+    attack = f'''
+def attention_scores(q, k):
+    with open({str(notebook)!r}, "w") as f:
+        f.write("{{}}")
+    return q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+'''
+    monkeypatch.setenv("ATTENTION_COURSE_SANDBOX_OFF", ",".join(walls_off))
+    sandbox = Sandbox(private=(str(folder),))
+    try:
+        why = sandbox.hello()["missing"].get("answers", "")
+        verdict = grade(SCORES, cells_with(attack), sandbox=sandbox, timeout_s=10)
+    finally:
+        sandbox.stop()
+    assert notebook.read_bytes() == before
+    if "namespaces" in walls_off:
+        assert f"a run can write to {folder}" in why and verdict.grader_problem, why
+        assert "changing what grading relies on" in verdict.message, verdict.message
+    else:
+        assert why == "" and not verdict.passed and "FileNotFoundError" in verdict.message, verdict.message

@@ -19,6 +19,7 @@ a probe run behind every wall tries to read the answers: if it can, no wall keep
 is refused as the grader's problem (``answers``: grading fails closed).
 """
 import contextlib
+import itertools
 import math
 import os
 import shutil
@@ -55,8 +56,9 @@ PURPOSE = {
     "hidden-answers": "without Landlock: in each run's own mount namespace the course repository holds only the "
                       "course package, and the grading packages are empty（没有 Landlock 时，每次运行看到的课程仓库里"
                       "只有 course 包，评分包都是空的）",
-    "answers": "no wall keeps the answers out: every exercise is refused, no points are given"
-               "（没有任何防护能挡住答案：所有练习都不评分，不给分）",
+    "answers": "no wall keeps the answers out, or student code from changing what grading relies on: every exercise "
+               "is refused, no points are given（没有任何防护能挡住答案，或挡住学生代码改动评分所依赖的文件："
+               "所有练习都不评分，不给分）",
 }
 _ENV_DISABLE = "ATTENTION_COURSE_SANDBOX_OFF"  # comma-separated walls to leave down: for tests of the fallbacks
 _ENV_USER = "ATTENTION_COURSE_SANDBOX_USER"  # "uid:gid" student code runs as where the grader is root
@@ -64,6 +66,7 @@ PRIVATE_ENV = "ATTENTION_COURSE_SANDBOX_PRIVATE"  # folders of the grading run k
 SCRATCH_ENV = "ATTENTION_COURSE_SANDBOX_SCRATCH"  # a folder the grader made for the fork server, removed after it
 _NOBODY = (65534, 65534)  # nobody / nogroup on Debian and Ubuntu, Gradescope's images
 _REACHED = "a run can read"
+_WRITES = "a run can write to"
 
 
 def _disabled() -> set[str]:
@@ -104,13 +107,14 @@ class Walls:
     workdir: str = ""
     user: tuple[int, int] | None = None  # (uid, gid) runs drop to, where the grader is root
     run_limits: Limits | None = None  # what each run may use, where rlimits are up
-    answers_reachable: str = ""  # why no job may run, when a probe run could read the answers
+    refusal: str = ""  # why no job may run: a probe run could read an answer or change what grading relies on
     _readable: tuple[tuple[str, str], ...] = ()  # Landlock's grants (``readable_paths``) and devices
     _devices: tuple[str, ...] = ()
     _hidden: list[str] = field(default_factory=list)
     _covers: dict[str, list[str]] = field(default_factory=dict)  # a folder the user may not enter -> what runs read in it
     _answers: list[Path] = field(default_factory=list)  # the answer folders and the file of each the probe tries,
     _probes: list[str] = field(default_factory=list)  # found before the private /tmp can hide one (a cache under /tmp)
+    _guarded: list[str] = field(default_factory=list)  # what no run may change, and a file of each (``_guarded_places``)
     _checkout: Path | None = None  # the course repository, when the grading packages are not installed
     _private: list[Path] = field(default_factory=list)  # the grading run's own folders (``PRIVATE_ENV``)
     _reads: list[Path] = field(default_factory=list)  # what runs read (``_run_reads``)
@@ -169,6 +173,7 @@ class Walls:
         self._reads, self._checkout, self._private = _run_reads(paths), _checkout(), _private_folders()
         self._answers = [*_answer_folders(self._reads, self._checkout), *self._private]
         self._probes = [str(p) for p in _answer_files(self._answers)]
+        self._guarded = [str(p) for p in _guarded_places(self._checkout, self._private)]
         if linux:
             from autograder.engine.sandbox import landlock  # noqa: F401 - imported before any mount can hide it
         self._prepare_seccomp()
@@ -180,7 +185,7 @@ class Walls:
         if linux:
             self._prepare_user(paths)
             self._prepare_hiding()
-            self._check_answers()
+            self._check_runs()
 
     def _prepare_workdir(self, mask_tmp: bool) -> None:
         if self.in_namespaces:
@@ -286,25 +291,29 @@ class Walls:
         if self.note("hidden-answers", not why, f"the kernel refused the mounts ({why})"):
             self._hidden, self._covers = hidden, covers
 
-    def _check_answers(self) -> None:
+    def _check_runs(self) -> None:
         """A probe run behind every wall tries to read one file of each place answers are (``_answer_folders``,
-        and the run's own folders); if it reads any, nothing keeps the answers out and ``answers_reachable`` says
-        so (the fork server then refuses jobs)."""
-        probes = self._probes
+        and the run's own folders) and to change what grading relies on (``_guarded_places``). If it can do either,
+        ``refusal`` says what it reached (the fork server then refuses jobs)."""
+        probes, guarded = self._probes, self._guarded
 
         def probe(result_fd: int) -> None:
             self.enter_child(result_fd, limits.STARTUP_TIMEOUT_S)
-            reached = [path for path in probes if _readable(path)]
-            if reached:
-                raise PermissionError(f"{_REACHED} {reached[0]}")
+            reached = [f"{_REACHED} {path}" for path in probes if _readable(path)][:1]
+            changed = [f"{_WRITES} {path}" for path in guarded if _writable(path)][:1]
+            if reached or changed:
+                raise PermissionError("; ".join(reached + changed))
 
         why = _try_in_child(probe, walls=self)
-        if _REACHED in why:
-            reached = why.split(": ", 1)[1]
-            self.answers_reachable = (f"the sandbox cannot keep the answers out on this machine ({reached}, as "
-                                      "the user student code runs as): grade where Landlock is available (Linux "
-                                      "5.13 or newer), or make the answers unreadable to that user")
-            self.note("answers", False, self.answers_reachable)
+        found = why.split(": ", 1)[1].split("; ") if why.startswith("PermissionError: ") else []
+        cannot = [f"keep the answers out ({part})" for part in found if part.startswith(_REACHED)]
+        cannot += [f"keep student code from changing what grading relies on ({part})"
+                   for part in found if part.startswith(_WRITES)]
+        if cannot:
+            self.refusal = (f"the sandbox cannot {' nor '.join(cannot)} on this machine, as the user student code "
+                            "runs as: grade where Landlock is available (Linux 5.13 or newer), or make these "
+                            "unreadable and unwritable to that user")
+            self.note("answers", False, self.refusal)
 
     def _prepare_seccomp(self) -> None:
         if "seccomp" in _disabled():
@@ -507,6 +516,47 @@ def _answer_files(places: list[Path]) -> list[Path]:
             module = next((p for p in sorted(place.rglob("*.py")) if p.is_file()), None)
             found.append(module or next((p for p in sorted(place.rglob("*")) if p.is_file()), None))
     return [path for path in found if path is not None]
+
+
+def _guarded_places(checkout: Path | None, private: list[Path]) -> list[Path]:
+    """What no run may change, each folder and one file in it: the grading run's own folders (a class's notebooks,
+    the grader's outputs), the outputs kept on disk, the checkout, the ``course`` package and the grading packages,
+    and Python's site-packages (a ``.pth`` file there runs in each later Python of it, outside every wall)."""
+    import course
+
+    paths = sysconfig.get_paths()
+    folders = [*private, *_output_store(), *([checkout] if checkout else []), *map(Path, course.__path__),
+               *_grading_packages(), *(Path(paths[key]) for key in ("purelib", "platlib") if paths.get(key))]
+    found = []
+    for folder in dict.fromkeys(folder.resolve() for folder in folders):
+        if folder.is_dir():
+            found.append(folder)
+            found.extend(itertools.islice(_files(folder), 1))
+    return found
+
+
+def _files(folder: Path):
+    """The regular files in ``folder`` and below, shallowest first (lazily: the probe needs one)."""
+    for top, _, names in os.walk(folder):
+        for name in sorted(names):
+            path = Path(top) / name
+            if path.is_file() and not path.is_symlink():
+                yield path
+
+
+def _writable(path: str) -> bool:
+    """Whether this process may change ``path``: make a file in a folder (removed at once), or open a file for
+    writing (nothing is written)."""
+    try:
+        if os.path.isdir(path):
+            made = os.path.join(path, f".attention-course-probe-{os.getpid()}")
+            os.close(os.open(made, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+            os.unlink(made)
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK))
+        return True
+    except OSError:
+        return False
 
 
 def _readable(path: str) -> bool:

@@ -96,14 +96,15 @@ def _wait_briefly(pid: int, seconds: float) -> tuple[int, int, float]:
 
 
 def run_job(walls: Walls, harness, job: dict) -> tuple[dict, bytes]:
-    """Fork a walled child for ``job`` and return the answer for the grader; none where nothing keeps the
-    answers out (fail closed: the grader reports every exercise as its own problem, with the reason).
+    """Fork a walled child for ``job`` and return the answer for the grader; none where the probe run could read
+    an answer or change what grading relies on (``walls.refusal``: fail closed, the grader reports every exercise
+    as its own problem, with the reason).
 
     The child may use ``job["cpu"]`` seconds of CPU time (``RLIMIT_CPU``) within ``job["timeout"]`` seconds of
     wall time. Every answer says how much CPU it used (``cpu_s``); one that used up its CPU time is a
     ``timeout``, one stopped by the wall clock before that is ``wall`` (the grader decides what that means)."""
-    if walls.answers_reachable:
-        return {"kind": "grader", "message": walls.answers_reachable}, b""
+    if walls.refusal:
+        return {"kind": "grader", "message": walls.refusal}, b""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:

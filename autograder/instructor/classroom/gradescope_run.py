@@ -58,7 +58,8 @@ def lock_away(folders: list[Path]) -> None:
 
 
 def _refused(hello: dict) -> str:
-    """The sandbox's reason for grading nothing (no wall keeps the answers out), for the top-level output."""
+    """The sandbox's reason for grading nothing (no wall keeps the answers out or the grading safe), for the
+    top-level output."""
     why = hello.get("missing", {}).get("answers")
     return (f"评分环境不安全，本次没有评分（请告诉老师）。The grader refused to grade: {why}"
             if why else "")
