@@ -30,12 +30,15 @@ SCORES = EXERCISES["attention_scores"]
 FIRST = ASSIGNMENTS["01_attention_basics"]
 
 
-def wall_variants(needed_abi: int, wall: str) -> list:
-    """All walls, then each of the two big ones off: without namespaces, the Landlock ``wall`` of ABI
-    ``needed_abi`` must hold alone, which an older kernel cannot put up."""
-    older = pytest.mark.skipif(landlock.abi_version() < needed_abi,
-                               reason=f"needs Landlock ABI {needed_abi} ({wall}) to hold without namespaces")
-    return [pytest.param((), id="all walls"), pytest.param(("namespaces",), id="no namespaces", marks=older),
+def wall_variants(rule: str) -> list:
+    """All walls, then each wall that stops the attack left alone: without namespaces, seccomp (with Landlock's
+    ``rule`` off, as on a kernel without it), then Landlock's ``rule`` (seccomp off), which only a kernel of
+    its ABI has; without Landlock, the namespaces."""
+    needed = {"landlock-network": 4, "landlock-scope": 6}[rule]
+    older = pytest.mark.skipif(landlock.abi_version() < needed, reason=f"needs Landlock ABI {needed} ({rule})")
+    return [pytest.param((), id="all walls"), pytest.param(("namespaces",), id="no namespaces"),
+            pytest.param(("namespaces", rule), id=f"no namespaces, no {rule}"),
+            pytest.param(("namespaces", "seccomp"), id="no namespaces, no seccomp", marks=older),
             pytest.param(("landlock",), id="no landlock")]
 
 
@@ -163,6 +166,31 @@ def attention_scores(q, k):
         verdict.message
 
 
+READ_THE_FORK_SERVER = '''
+import ctypes, os
+class Span(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+def attention_scores(q, k):
+    libc = ctypes.CDLL(None, use_errno=True)
+    buffer = ctypes.create_string_buffer(64)
+    here, there = Span(ctypes.addressof(buffer), 64), Span(id(os), 64)  # os is at that address in its parent too
+    if libc.process_vm_readv(os.getppid(), ctypes.byref(here), 1, ctypes.byref(there), 1, 0) < 0:
+        raise OSError(ctypes.get_errno(), "process_vm_readv")
+    return q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+'''
+
+
+@pytest.mark.parametrize("walls_off", [(), ("landlock",), ("namespaces", "seccomp")],
+                         ids=["all walls", "no landlock", "no namespaces, no seccomp"])
+def test_student_code_cannot_read_the_memory_of_another_process(walls_off, sandbox_without):
+    """The fork server's memory (or a classmate's run, graded at the same time as the same user) holds what
+    grading computes. Landlock keeps a run from tracing a process outside it; without it, a run is another user
+    than the grader, or a process of a PID namespace of its own; seccomp refuses ptrace and process_vm_readv too
+    (test_sandbox_policy.py), for runs of the same user where neither Landlock nor the namespaces are up."""
+    verdict = graded(READ_THE_FORK_SERVER, sandbox_without(*walls_off) if walls_off else None)
+    assert not verdict.passed and "PermissionError" in verdict.message, verdict.message
+
+
 KILL = f'''
 import os, signal
 def attention_scores(q, k):
@@ -176,7 +204,7 @@ def attention_scores(q, k):
 '''
 
 
-@pytest.mark.parametrize("walls_off", wall_variants(6, "signal scopes"))
+@pytest.mark.parametrize("walls_off", wall_variants("landlock-scope"))
 def test_student_code_cannot_kill_or_stop_the_grader(walls_off, sandbox_without):
     sandbox = sandbox_without(*walls_off) if walls_off else None
     verdict = graded(KILL, sandbox)
@@ -243,7 +271,7 @@ def _was_connected(server) -> bool:
         return False
 
 
-@pytest.mark.parametrize("walls_off", wall_variants(4, "TCP rules"))
+@pytest.mark.parametrize("walls_off", wall_variants("landlock-network"))
 def test_student_code_has_no_network(walls_off, sandbox_without, listening):
     port = listening.getsockname()[1]
     sandbox = sandbox_without(*walls_off) if walls_off else None

@@ -162,7 +162,7 @@ def _probe(policy: Policy) -> str:
                 "hidden": list(policy.hidden), "checkout": str(REPO / "pyproject.toml") if policy.readable else "",
                 "no_new_privs": policy.privileges_dropped}
     return f'''
-import ctypes, errno, math, os, resource
+import ctypes, errno, math, os, resource, socket
 
 EXPECTED = {expected!r}
 
@@ -173,6 +173,11 @@ def _refused(call):
     except OSError as e:
         return errno.errorcode[e.errno]
     return ""
+
+
+def _checked(result):
+    if result == -1:
+        raise OSError(ctypes.get_errno(), "refused")
 
 
 def _open(path, is_dir):
@@ -204,6 +209,18 @@ def attention_scores(q, k):
     memfd = _refused(lambda: os.close(os.memfd_create("probe")))
     if [forked, memfd] != [EXPECTED["denied"].get("clone", ""), EXPECTED["denied"].get("memfd_create", "")]:
         wrong.append(("seccomp", forked, memfd))
+    # Calls aimed outside the run; where seccomp is missing other walls (or their arguments) refuse them otherwise.
+    libc = ctypes.CDLL(None, use_errno=True)
+    outside = {{"kill": lambda: os.kill(os.getppid(), 0),
+               "tgkill": lambda: _checked(libc.tgkill(os.getppid(), os.getppid(), 0)),
+               "ptrace": lambda: _checked(libc.ptrace(2, os.getppid(), None, None)),  # PTRACE_PEEKDATA
+               "process_vm_readv": lambda: _checked(libc.process_vm_readv(os.getppid(), None, 0, None, 0, 0)),
+               "socket": lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close(),
+               "io_uring_setup": lambda: _checked(libc.syscall(425, 1, None)),
+               "pidfd_send_signal": lambda: _checked(libc.syscall(424, -1, 0, None, 0))}}
+    found = {{name: _refused(call) for name, call in outside.items() if name in EXPECTED["denied"]}}
+    if found != {{name: EXPECTED["denied"][name] for name in found}}:
+        wrong.append(("seccomp, outside the run", found))
     unreadable = [path for path, is_dir in EXPECTED["reads"] if _refused(lambda: _open(path, is_dir))]
     if unreadable:
         wrong.append(("unreadable", unreadable[:3]))

@@ -49,7 +49,8 @@ PURPOSE = {
                 "（文件规则：只读 Python 和 torch 需要的文件，只写私有临时文件夹）",
     "landlock-network": "Landlock TCP rules: no TCP connections（网络规则：不能建立 TCP 连接）",
     "landlock-scope": "Landlock scopes: no signals or abstract sockets outside the sandbox（不能向沙箱外的进程发信号）",
-    "seccomp": "seccomp: no new processes, no memfd files outside the memory cap（不能创建进程，不能用 memfd 绕过内存上限）",
+    "seccomp": "seccomp: no new processes, no memfd files outside the memory cap, no signals, tracing or network "
+               "sockets aimed outside the run（不能创建进程，不能用 memfd 绕过内存上限，不能向运行之外发信号、跟踪进程或开网络连接）",
     "rlimits": "resource limits: memory, CPU time, file size, open files（资源上限：内存、CPU 时间、文件大小、打开文件数）",
     "user": "without Landlock: an unprivileged user for student code where the grader is root"
             "（没有 Landlock 而评分者是 root 时，学生代码以无特权用户运行）",
@@ -119,7 +120,7 @@ class Walls:
     _private: list[Path] = field(default_factory=list)  # the grading run's own folders (``PRIVATE_ENV``)
     _reads: list[Path] = field(default_factory=list)  # what runs read (``_run_reads``)
     _ruleset: object = None
-    _filter: object = None
+    _seccomp: bool = False  # each child loads a filter of its own (``syscall_filter.build``)
 
     def note(self, name: str, ok: bool, why: str = "") -> bool:
         (self.up.append(name) if ok else self.missing.__setitem__(name, why))
@@ -130,7 +131,7 @@ class Walls:
         ``prepare``, or once ``can_fork`` found no fork (then there are no walls at all)."""
         return Policy(up=tuple(self.up), missing=tuple(self.missing.items()), limits=self.run_limits,
                       readable=self._readable, devices=self._devices, writable=self.workdir,
-                      denied=syscall_filter.RULES if self._filter else (), user=self.user, hidden=tuple(self._hidden),
+                      denied=syscall_filter.RULES if self._seccomp else (), user=self.user, hidden=tuple(self._hidden),
                       privileges_dropped="fork" in self.up and sys.platform.startswith("linux"),
                       covers=tuple((folder, tuple(shown)) for folder, shown in self._covers.items()))
 
@@ -215,8 +216,12 @@ class Walls:
         if not self.note("landlock", abi >= 1, f"turned off by {_ENV_DISABLE}" if "landlock" in _disabled()
                          else "this kernel has no Landlock (Linux 5.13 or newer, with Landlock enabled)"):
             return
-        self.note("landlock-network", abi >= 4, f"Landlock ABI {abi} < 4 (Linux 6.7)")
-        self.note("landlock-scope", abi >= 6, f"Landlock ABI {abi} < 6 (Linux 6.12)")
+        # Turning a rule off uses the ABI of a kernel without it (as a test of what the other walls hold alone).
+        for rule, before in (("landlock-scope", 5), ("landlock-network", 3)):
+            abi = min(abi, before) if rule in _disabled() else abi
+        off = f", turned off by {_ENV_DISABLE}" if {"landlock-scope", "landlock-network"} & _disabled() else ""
+        self.note("landlock-network", abi >= 4, f"Landlock ABI {abi} < 4 (Linux 6.7){off}")
+        self.note("landlock-scope", abi >= 6, f"Landlock ABI {abi} < 6 (Linux 6.12){off}")
         ruleset = landlock.Ruleset(abi)
         for path, rights in paths:
             ruleset.allow(path, landlock.READ_DIR if rights == LIST else landlock.READ)
@@ -320,7 +325,8 @@ class Walls:
             self.note("seccomp", False, f"turned off by {_ENV_DISABLE}")
             return
         try:
-            self._filter = syscall_filter.build()
+            syscall_filter.build(os.getpid())  # libseccomp is there
+            self._seccomp = True
             self.note("seccomp", True)
         except (ImportError, OSError, RuntimeError, AttributeError) as e:
             self.note("seccomp", False, f"libseccomp is not available ({type(e).__name__}: {e})")
@@ -380,8 +386,8 @@ class Walls:
             privileges.forbid_new_privileges()
         if self._ruleset:
             self._ruleset.enforce()
-        if self._filter:
-            self._filter.load()
+        if self._seccomp:
+            syscall_filter.build(os.getpid()).load()
 
 
 
