@@ -1,8 +1,8 @@
-"""A seccomp filter (through libseccomp) for student code: it may start threads but no processes, may not make
-memory files (``memfd_create``), whose pages no address-space limit counts, may signal, trace or open a network
-socket to nothing outside itself. The last three are also what the namespaces and Landlock's network rules (ABI 4)
-and scopes (ABI 6) stop: this filter holds them where those are missing (no user namespaces, kernels before 6.7 or
-6.12). Everything else is left to the other walls."""
+"""A seccomp filter (through libseccomp) for student code: it may start threads but no processes; it may not make
+memory files (``memfd_create``), whose pages no address-space limit counts; it may not signal or trace any process
+but its own, nor open a network socket. The namespaces and Landlock's TCP rules (ABI 4) and scopes (ABI 6) stop
+those too: this filter holds where they are missing (no user namespaces, kernels before 6.7 or 6.12). Everything
+else is left to the other walls."""
 import errno
 
 from autograder.engine.sandbox.policy import Denied

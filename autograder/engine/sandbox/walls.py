@@ -8,15 +8,15 @@ do behind the walls as they were put up (``policy.Policy``), which the fork serv
 
 Why these walls: Landlock limits files, TCP and signals without root and survives into any child;
 namespaces let the fork server, as PID 1, kill whatever a run leaves behind (``setsid`` included) and
-take the network away; seccomp forbids new processes and memory files; rlimits cap memory, CPU time,
+take the network away; seccomp forbids new processes and memory files, and signals, tracing and network
+sockets aimed outside the run (where namespaces or Landlock's newer rules are missing); rlimits cap memory, CPU time,
 file sizes and open files. Root is stripped of every capability first, since capabilities would
 otherwise carry it past several of these. Without Landlock, where the grader is root, student code
 runs as an unprivileged user (``user``), so that file permissions keep the answers out; and each run gets a
 mount namespace of its own in which the grading packages are empty (``hidden-answers``), and in which a folder
 that user may not enter shows only what runs read inside it (a course cloned into a 0700 folder, a Python in
-root's home). Before serving,
-a probe run behind every wall tries to read the answers: if it can, no wall keeps them out, and every job
-is refused as the grader's problem (``answers``: grading fails closed).
+root's home). Before serving, a probe run behind every wall tries to read the answers and to write where
+grading relies on: if it can, every job is refused as the grader's problem (``answers``: grading fails closed).
 """
 import contextlib
 import itertools
