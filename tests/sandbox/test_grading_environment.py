@@ -174,3 +174,26 @@ def test_a_course_under_tmp_leaves_nothing_in_tmp(monkeypatch, walls_off):
         sandbox.stop()
         shutil.rmtree(cache)
     assert not Path(written).exists() and not list(Path("/tmp").glob(f"*/{Path(written).name}")), written
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to give a folder to another user")
+def test_what_runs_need_but_cannot_read_is_the_graders_problem(monkeypatch):
+    """A folder on the Python path that student code cannot read (another user's, 0700: root without its
+    capabilities may not enter it). Student code importing from it would fail and be blamed for it; instead the
+    probe run finds it, and every exercise is the grader's problem, with the folder named."""
+    closed = Path(tempfile.mkdtemp(prefix="not-for-runs-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    (closed / "helper.py").write_text("def scores(q, k):\n    return q @ k.transpose(-2, -1)\n")
+    os.chown(closed / "helper.py", 1000, 1000)
+    os.chown(closed, 1000, 1000)
+    os.chmod(closed, 0o700)
+    monkeypatch.setenv("PYTHONPATH", str(closed))
+    sandbox = Sandbox()
+    try:
+        why = sandbox.hello()["missing"].get("answers", "")
+        verdict = grade(EXERCISES["attention_scores"], [Cell("代码单元 #1", source_solutions()["attention_scores"])],
+                        sandbox=sandbox, timeout_s=10)
+    finally:
+        sandbox.stop()
+        shutil.rmtree(closed)
+    assert f"what it needs, which would count against it (a run cannot read {closed.resolve()})" in why, why
+    assert verdict.grader_problem, verdict.message

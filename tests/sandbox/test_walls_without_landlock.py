@@ -288,7 +288,7 @@ def attention_scores(q, k):
         sandbox.stop()
     assert notebook.read_bytes() == before
     if "namespaces" in walls_off:
-        assert f"a run can write to {folder}" in why and verdict.grader_problem, why
-        assert "changing what grading relies on" in verdict.message, verdict.message
+        assert f"changing what grading relies on (a run can write to {folder})" in why, why
+        assert verdict.grader_problem and "cannot grade safely here" in verdict.message, verdict.message
     else:
         assert why == "" and not verdict.passed and "FileNotFoundError" in verdict.message, verdict.message

@@ -68,6 +68,14 @@ SCRATCH_ENV = "ATTENTION_COURSE_SANDBOX_SCRATCH"  # a folder the grader made for
 _NOBODY = (65534, 65534)  # nobody / nogroup on Debian and Ubuntu, Gradescope's images
 _REACHED = "a run can read"
 _WRITES = "a run can write to"
+_SHUT = "a run cannot read"
+# What the probe run found -> what it means, and what to do, for the refusal.
+_FOUND = {_REACHED: ("it cannot keep the answers out", "Grade where Landlock is available (Linux 5.13 or newer), or "
+                                                         "make the answers unreadable to that user."),
+          _WRITES: ("it cannot keep student code from changing what grading relies on",
+                    "Grade where Landlock or user namespaces are available, or make that unwritable to that user."),
+          _SHUT: ("student code cannot read what it needs, which would count against it",
+                  "Make that readable to that user.")}
 
 
 def _disabled() -> set[str]:
@@ -260,7 +268,7 @@ class Walls:
         against it (an import inside torch, ``course.llama``), so then runs stay root, as without this wall, and
         the reason says what to do. Weights it cannot read are each case's grader problem (``protocols``)."""
         covers = _covers([*reads, Path(self.workdir).resolve()], user) if "namespaces" in self.up else {}
-        needed = [path for path in reads if path not in _weights_folders()]
+        needed = _needed(reads)
         fix = f"or set {_ENV_USER} to a user who can; until then student code runs as root"
         if "namespaces" not in self.up and (shut := _covers(needed, user)):
             where = "; ".join(f"{folder}: {shown[0]}" + (f" and {len(shown) - 1} more" if len(shown) > 1 else "")
@@ -298,26 +306,27 @@ class Walls:
 
     def _check_runs(self) -> None:
         """A probe run behind every wall tries to read one file of each place answers are (``_answer_folders``,
-        and the run's own folders) and to change what grading relies on (``_guarded_places``). If it can do either,
-        ``refusal`` says what it reached (the fork server then refuses jobs)."""
+        and the run's own folders), to change what grading relies on (``_guarded_places``), and to read what runs
+        need (``_reads`` but the weights, whose absence is each case's grader problem). If it can do one of the
+        first two, or not the last, ``refusal`` says what it found (the fork server then refuses jobs)."""
         probes, guarded = self._probes, self._guarded
+        needed = [str(path) for path in _needed(self._reads)]
 
         def probe(result_fd: int) -> None:
             self.enter_child(result_fd, limits.STARTUP_TIMEOUT_S)
-            reached = [f"{_REACHED} {path}" for path in probes if _readable(path)][:1]
-            changed = [f"{_WRITES} {path}" for path in guarded if _writable(path)][:1]
-            if reached or changed:
-                raise PermissionError("; ".join(reached + changed))
+            found = [*[f"{_REACHED} {path}" for path in probes if _readable(path)][:1],
+                     *[f"{_WRITES} {path}" for path in guarded if _writable(path)][:1],
+                     *[f"{_SHUT} {path}" for path in needed if not _readable(path)][:1]]
+            if found:
+                raise PermissionError("; ".join(found))
 
         why = _try_in_child(probe, walls=self)
         found = why.split(": ", 1)[1].split("; ") if why.startswith("PermissionError: ") else []
-        cannot = [f"keep the answers out ({part})" for part in found if part.startswith(_REACHED)]
-        cannot += [f"keep student code from changing what grading relies on ({part})"
-                   for part in found if part.startswith(_WRITES)]
-        if cannot:
-            self.refusal = (f"the sandbox cannot {' nor '.join(cannot)} on this machine, as the user student code "
-                            "runs as: grade where Landlock is available (Linux 5.13 or newer), or make these "
-                            "unreadable and unwritable to that user")
+        said = [(meaning, part, fix) for part in found for start, (meaning, fix) in _FOUND.items()
+                if part.startswith(start)]
+        if said:
+            self.refusal = (f"the sandbox cannot grade safely here: {'; '.join(f'{m} ({p})' for m, p, _ in said)}, "
+                            f"as the user student code runs as. {' '.join(fix for _, _, fix in said)}")
             self.note("answers", False, self.refusal)
 
     def _prepare_seccomp(self) -> None:
@@ -478,6 +487,13 @@ def _read_as(user: tuple[int, int], covers: dict[str, list[str]], reads: list[Pa
             raise PermissionError(f"{path} is not readable by that user")
 
 
+def _needed(reads: list[Path]) -> list[Path]:
+    """What runs must read for grading to be fair: ``reads`` but the weights, whose absence is each case's grader
+    problem (``protocols``)."""
+    weights = _weights_folders()
+    return [path for path in reads if path not in weights]
+
+
 def _output_store() -> list[Path]:
     """The folder of the references' and mistakes' outputs kept on disk (``output_store``), made if need be so
     that a wall covers it before any job writes there; none when it cannot be made (then nothing is kept)."""
@@ -566,7 +582,11 @@ def _writable(path: str) -> bool:
 
 
 def _readable(path: str) -> bool:
+    """Whether this process may read ``path`` (a folder: list it)."""
     try:
+        if os.path.isdir(path):
+            os.listdir(path)
+            return True
         with open(path, "rb") as f:
             f.read(1)
         return True
