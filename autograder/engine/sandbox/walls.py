@@ -535,9 +535,9 @@ def _answer_files(places: list[Path]) -> list[Path]:
         if place.is_file():
             found.append(place)
         elif place.is_dir():
-            module = next((p for p in sorted(place.rglob("*.py")) if p.is_file()), None)
-            found.append(module or next((p for p in sorted(place.rglob("*")) if p.is_file()), None))
-    return [path for path in found if path is not None]
+            modules = (path for path in _files(place) if path.suffix == ".py")
+            found.extend(itertools.islice(itertools.chain(modules, _files(place)), 1))
+    return found
 
 
 def _guarded_places(checkout: Path | None, private: list[Path]) -> list[Path]:
