@@ -11,17 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
+from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.grading import grade_notebook
 from autograder.engine.judging import grade
 from autograder.engine.sandbox import landlock
 from autograder.engine.sandbox.client import Sandbox
 from autograder.engine.sandbox.walls import PURPOSE, describe_missing
-from autograder.engine.student_code import Cell
 from course.cache import CACHE_ENV
 from course.layout import ROOT as REPO
 from tests.commands import pytest_autograder
 from tests.notebooks import ASSIGNMENT, filled, source_solutions, write_submission
+from tests.sandbox.test_hostile_submissions import SCORES, cells_with
+from tests.sandbox.test_walls_without_landlock import folder_runs_see
 
 TOTAL = sum(e.points for e in ASSIGNMENTS[ASSIGNMENT])
 # The last wall the sandbox uses needs Landlock's scopes; on an older kernel "every wall" cannot hold.
@@ -168,7 +169,7 @@ def test_a_course_under_tmp_leaves_nothing_in_tmp(monkeypatch, walls_off):
         assert written != "/tmp" and Path(written).is_relative_to("/tmp"), written
         attack = ("def attention_scores(q, k):\n    open('kept.txt', 'w').write('x')\n"
                   "    return q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n")
-        verdict = grade(EXERCISES["attention_scores"], [Cell("代码单元 #1", attack)], sandbox=sandbox, timeout_s=10)
+        verdict = grade(SCORES, cells_with(attack), sandbox=sandbox, timeout_s=10)
         assert verdict.passed, verdict.message
     finally:
         sandbox.stop()
@@ -181,7 +182,7 @@ def test_what_runs_need_but_cannot_read_is_the_graders_problem(monkeypatch):
     """A folder on the Python path that student code cannot read (another user's, 0700: root without its
     capabilities may not enter it). Student code importing from it would fail and be blamed for it; instead the
     probe run finds it, and every exercise is the grader's problem, with the folder named."""
-    closed = Path(tempfile.mkdtemp(prefix="not-for-runs-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    closed = folder_runs_see("not-for-runs-")
     (closed / "helper.py").write_text("def scores(q, k):\n    return q @ k.transpose(-2, -1)\n")
     os.chown(closed / "helper.py", 1000, 1000)
     os.chown(closed, 1000, 1000)
@@ -190,8 +191,7 @@ def test_what_runs_need_but_cannot_read_is_the_graders_problem(monkeypatch):
     sandbox = Sandbox()
     try:
         why = sandbox.hello()["missing"].get("answers", "")
-        verdict = grade(EXERCISES["attention_scores"], [Cell("代码单元 #1", source_solutions()["attention_scores"])],
-                        sandbox=sandbox, timeout_s=10)
+        verdict = grade(SCORES, cells_with(source_solutions()["attention_scores"]), sandbox=sandbox, timeout_s=10)
     finally:
         sandbox.stop()
         shutil.rmtree(closed)

@@ -40,6 +40,11 @@ def attention_scores(q, k):
 '''
 
 
+def folder_runs_see(prefix: str) -> Path:
+    """A fresh folder outside /tmp, which each run's private tmpfs hides (made root's, 0700, as mkdtemp does)."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+
+
 @pytest.fixture
 def sandbox_off(monkeypatch):
     """A fork server started with the given walls switched off, stopped after the test."""
@@ -120,7 +125,7 @@ def test_what_torch_imports_on_first_use_is_read_without_landlock(sandbox_off, t
 def shut_out(monkeypatch):
     """A folder the sandbox user may not enter (0700, root's: as a course cloned into ``mkdir -m 700``), holding
     a module the fork server's Python finds (on PYTHONPATH) and a file beside it: (the folder, the module)."""
-    closed = Path(tempfile.mkdtemp(prefix="shut-out-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    closed = folder_runs_see("shut-out-")
     module = closed / "lib" / "shut_out_helper.py"
     module.parent.mkdir()
     module.write_text("def scores(q, k):\n    return q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n")
@@ -258,7 +263,7 @@ def test_the_gradescope_bundle_fails_closed_when_nothing_keeps_the_answers_out(b
 def open_class():
     """A class folder everyone may write to (as a shared folder of a lab can be), with a classmate's notebook in
     it: (the class folder, the notebook)."""
-    folder = Path(tempfile.mkdtemp(prefix="open-class-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    folder = folder_runs_see("open-class-")
     notebook = write_submission(folder / "classmate", filled(source_solutions()))
     for path, mode in ((folder, 0o777), (notebook.parent, 0o777), (notebook, 0o666)):
         os.chmod(path, mode)
