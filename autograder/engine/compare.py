@@ -99,6 +99,11 @@ def _compare_plain(got, want, name) -> Mismatch | None:
         if got.numel() != 1:
             return Mismatch("type", f"{name}应该是 {type(want).__name__}，得到的是 shape 为 {_shape(got)} 的张量。")
         got = got.item()
+    if isinstance(want, (int, float)) and not isinstance(want, bool) and not isinstance(got, (int, float)):
+        # What the sandbox could not hand back as a builtin comes as the text "<module>.<type> 对象".
+        said = got if isinstance(got, str) and got.endswith(" 对象") else type(got).__name__
+        numpy = "：numpy 的数先用 int(…) 或 float(…) 转成 Python 的数" if "numpy" in said else ""
+        return Mismatch("type", f"{name}应该是 Python 的 {type(want).__name__}，得到的是 {said}{numpy}。")
     if got != want:
         return Mismatch("values", f"{name}期望 {want!r}，得到 {got!r}。")
     return None

@@ -40,7 +40,15 @@ def _output(exercise: "Exercise", mistake: "Mistake", case: Case, native: bool):
         except Exception:  # noqa: BLE001 - a mistake may not even run on this case's shapes
             return RAISED
     return known((exercise.name, exercise.call, mistake.fn, native), case, run,
-                 stored=(exercise, f"mistake {mistake.name}" + (" in the case's dtype" if native else "")))
+                 stored=(exercise, stored_name(exercise, mistake) + (" in the case's dtype" if native else "")))
+
+
+def stored_name(exercise: "Exercise", mistake: "Mistake") -> str:
+    """What the store of known outputs calls ``mistake``'s outputs: its name, and which of the exercise's
+    mistakes of that name it is (one name may cover several ways to write the same mistake)."""
+    namesakes = [m for m in exercise.mistakes if m.name == mistake.name]
+    which = next(i for i, m in enumerate(namesakes) if m is mistake)
+    return f"mistake {mistake.name}" + (f" #{which + 1}" if which else "")
 
 
 def reproduces(exercise: "Exercise", mistake: "Mistake", case: Case, got) -> bool | None:

@@ -7,13 +7,14 @@ validated (``sandbox.report.from_bytes``) before anything looks at it. This is t
 check: ``pytest autograder/``, ``nbgrader autograde`` and the hidden-test cells of the source notebooks all
 end here.
 """
+import dataclasses
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from autograder.engine import clues, diagnosis, limits, torch_errors
+from autograder.engine import clues, combined, diagnosis, limits, torch_errors
 from autograder.engine.compare import Mismatch, compare
 from autograder.engine.known_outputs import known
 from autograder.engine.model import Exercise, Mistake, Verdict, grader_problem
@@ -62,6 +63,9 @@ class Judgement:
         self.depends = depends
         self.reached: set[str] = set()  # the definitions the code reaches, once the sandbox has said
         self._broken: list[tuple[str, Verdict]] | None = None
+        # (base, its mistake) when the code gives what the reference gives on that broken base of the student's
+        self.right_on_base: tuple[str, str] | None = None
+        self.own_stage: str | None = None  # the label of a wrong stage that runs before any broken base
 
     def run(self, cells: list[Cell], sandbox: Sandbox | None, timeout_s: float) -> Verdict:
         """Run the student's code on the cases in the sandbox and judge what comes back."""
@@ -124,29 +128,36 @@ class Judgement:
         if mistake:
             lines.append(f"看起来是：{mistake.name}。{mistake.hint}")
         else:
-            meaning = torch_errors.explain(info.summary)
+            meaning = torch_errors.explain(info.summary, self.exercise.works_in_float32)
             if meaning:
                 lines.append(f"这是什么意思：{meaning}")
         return self.fail(info.summary, "\n".join(x for x in lines if x), mistake.name if mistake else "")
 
     def wrong(self, outcomes: tuple[Outcome, ...], index: int, problem: Mismatch | str) -> Verdict:
         """The verdict when case ``index`` is the first with a wrong output: the known mistake that explains every
-        case, or else facts about the output (none of either on a broken base: diagnosing it would cost model runs
-        for a message that is not shown)."""
+        case (or two that do together, ``combined``), or else facts about the output. On a broken base only a
+        known mistake of this exercise is said: one that fits every case with the reference in place of the
+        exercises it builds on, or with the base's own named mistake in their place; facts about the output could
+        be the base's doing."""
         exercise, cases, expected = self.exercise, self.cases, self.expected
         case, got, changed = cases[index], outcomes[index].output, outcomes[index].changed
         text, kind = (problem.text, problem.kind) if isinstance(problem, Mismatch) else (problem, "values")
         lines = [f"用例：{case.label}", text]
-        if self.broken():
-            return self.fail(f"没有通过：{_MISMATCH_SUMMARY[kind]}", "\n".join(lines))
-        stage = _first_wrong_stage(exercise, case, got, expected[index])
-        if stage:
-            lines.append(f"第一个和参考不一样的步骤：{stage}。")
         returned = [o for o in outcomes if isinstance(o, Ok)]
         right = [i != index and (i < index or check_output(exercise, cases[i], o.output, expected[i]) is None)
                  for i, o in enumerate(returned)]
-        found = diagnosis.diagnose(exercise, cases, [o.output for o in returned],
-                                   [expected[i] for i in range(len(returned))], right, index)
+        outputs, wanted = [o.output for o in returned], [expected[i] for i in range(len(returned))]
+        found = diagnosis.diagnose(exercise, cases, outputs, wanted, right, index)
+        if found.named is None and found.fits_until_raised is None:
+            found = self.two_at_once(outputs, wanted, right, index)
+        self.right_on_base = next(((name, base.mistake) for name, base in self.broken() if found.named is not None
+                                   and combined.is_base_only(found.named, name)), None)
+        stage = _first_wrong_stage(exercise, case, got, expected[index])
+        if self.broken() and (found.named is None or self.right_on_base):
+            self.own_stage = stage and self.before_the_base(stage[0])
+            return self.fail(f"没有通过：{_MISMATCH_SUMMARY[kind]}", "\n".join(lines))
+        if stage:
+            lines.append(f"第一个和参考不一样的步骤：{stage[1]}。")
         mistake = found.named
         if mistake is None and changed:
             mistake = Mistake(*_MUTATED)
@@ -166,6 +177,28 @@ class Judgement:
         return self.fail(f"没有通过：{mistake.name if mistake else _MISMATCH_SUMMARY[kind]}", "\n".join(lines),
                          mistake.name if mistake else "")
 
+    def two_at_once(self, outputs: list, expected: list, right: list[bool], index: int) -> diagnosis.Diagnosis:
+        """When no one known mistake fits: two that do together (``combined``). On a broken base, the base's named
+        mistake under this exercise's reference or one of its mistakes; on a sound one, two of this exercise's."""
+        broken = self.broken()
+        candidates = tuple(m for name, found in broken if found.mistake
+                           for m in combined.on_base(self.exercise, name, found.mistake)) if broken \
+            else combined.pairs(self.exercise)
+        if not candidates:
+            return diagnosis.Diagnosis()
+        return diagnosis.diagnose(dataclasses.replace(self.exercise, mistakes=candidates), self.cases, outputs,
+                                  expected, right, index)
+
+    def before_the_base(self, key: str) -> str | None:
+        """The label of stage ``key`` when no stage up to it runs a broken exercise of ``uses`` (else None)."""
+        broken = {name for name, _ in self.broken()}
+        for stage, label in self.exercise.stages:
+            if broken & set(self.exercise.stage_uses.get(stage, ())):
+                return None
+            if stage == key:
+                return label
+        return None
+
     def on_a_broken_base(self, verdict: Verdict) -> Verdict:
         """``verdict``, or, when exercises this one builds on fail their own checks (``broken()``), a verdict
         naming them first."""
@@ -176,9 +209,25 @@ class Judgement:
             return verdict
         names = "、".join(name for name, _ in broken)
         first, found = broken[0]
-        lines = [f"这一题的代码用到了你自己写的 {names}，{'它' if len(broken) == 1 else '它们'}在自己的检查里没有通过。"
-                 f"先让 {names} 通过：在没通过的基础上，这一题也对不了，所以这一题自己的错因先不诊断。",
-                 f"{first} 的检查：{found.summary}", *found.details.splitlines()[:limits.DEPENDENCY_LINES]]
+        base = [f"{first} 的检查：{found.summary}", *found.details.splitlines()[:limits.DEPENDENCY_LINES]]
+        it = "它" if len(broken) == 1 else "它们"
+        # A known mistake of this exercise fits every case (``wrong``): said beside the base, unless the base's
+        # own check names the same mistake, which then explains it.
+        if verdict.mistake and all(verdict.mistake != found.mistake for _, found in broken):
+            return self.fail(f"没有通过：{verdict.mistake}（用到的 {names} 也还没通过）", "\n".join([
+                verdict.details, f"另外，这一题的代码用到了你自己写的 {names}，{it}在自己的检查里也没有通过：上面的错也可能"
+                f"是从{it}那里来的，先让 {names} 通过，再看这一题。", *base]), verdict.mistake)
+        if self.right_on_base:
+            name, mistake = self.right_on_base
+            lines = [f"这一题的代码用到了你自己写的 {names}，{it}在自己的检查里没有通过。把参考实现里的 {name} 换成"
+                     f"和你一样的写法（{mistake}），得到的结果和你的一模一样：这一题自己的代码看来没有错，"
+                     f"先让 {names} 通过。", *base]
+        elif self.own_stage:
+            lines = [f"这一题的代码用到了你自己写的 {names}，{it}在自己的检查里没有通过，要先让 {names} 通过。"
+                     f"不过这一题自己也有错：第一个和参考不一样的步骤是{self.own_stage}，那时还没有用到 {names}。", *base]
+        else:
+            lines = [f"这一题的代码用到了你自己写的 {names}，{it}在自己的检查里没有通过。"
+                     f"先让 {names} 通过：在没通过的基础上，这一题也对不了，所以这一题自己的错因先不诊断。", *base]
         case = next((line for line in verdict.details.splitlines() if line.startswith("用例：")), "")
         if case:
             lines.append(f"这一题第一个没通过的{case}")
@@ -238,9 +287,9 @@ class References:
         self._results.exception()
 
 
-def _first_wrong_stage(exercise: Exercise, case: Case, got, reference) -> str | None:
-    """The label of the first stage where the student's layer leaves the reference's path (``reference``: the
-    reference's ``(output, stages)`` on the case)."""
+def _first_wrong_stage(exercise: Exercise, case: Case, got, reference) -> tuple[str, str] | None:
+    """The key and label of the first stage where the student's layer leaves the reference's path
+    (``reference``: the reference's ``(output, stages)`` on the case)."""
     if not exercise.stages or not (isinstance(got, (tuple, list)) and len(got) == 2 and isinstance(got[1], dict)):
         return None
     expected = reference[1]
@@ -249,7 +298,7 @@ def _first_wrong_stage(exercise: Exercise, case: Case, got, reference) -> str | 
         same = _same_stage(tuple(mine) if isinstance(mine, (tuple, list)) else (mine,), expected.get(key, ()), case.dtype,
                            exercise.tolerance(case.dtype))
         if same is False:
-            return label
+            return key, label
     return None
 
 
@@ -264,7 +313,8 @@ def _same_stage(mine: tuple, theirs: tuple, dtype: torch.dtype, tol) -> bool | N
             got = got.transpose(1, 2)  # the same values with heads before time
         if got.shape != want.shape:
             return None
-        if compare(got, want, dtype, tol) is not None:
+        # A step may work in float32 on low-precision input (08's gates and core): compared in the case's dtype.
+        if compare(got.to(dtype) if got.is_floating_point() else got, want, dtype, tol) is not None:
             return False
     return True
 

@@ -58,10 +58,20 @@ class Exercise:
     # For a call protocol that returns ``(output, stages)``: the stages in order, ``(key, label)``. Only the
     # output is graded; the first stage that differs from the reference's is named in the message.
     stages: tuple[tuple[str, str], ...] = ()
+    # The exercises of ``uses`` that each stage runs, by key: a stage that goes wrong before any of them has run
+    # is this exercise's own mistake, even on a broken base.
+    stage_uses: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Other exercises (contract names) that a student's version of this one builds on. When the student's code
     # uses one (or the call protocol hands it over, ``protocols.PULLED``) and it fails its own check, the
     # verdict names it instead of diagnosing this exercise on a broken base.
     uses: tuple[str, ...] = ()
+    # ``on_base(fn, name, base_fn)``: the reference or a mistake ``fn`` of this exercise with its use of the
+    # exercise ``name`` (one of ``uses``) made by ``base_fn``, a known mistake of that one; None where it cannot
+    # be put in. Lets a verdict on a broken base still say whether this exercise has a mistake of its own.
+    on_base: Callable[[Callable, str, Callable], Callable | None] | None = None
+    # The contract computes in float32 (low-precision inputs converted first) and casts the result back, so a
+    # mix of dtypes is explained with that rule rather than "make new tensors in the input's dtype".
+    works_in_float32: bool = False
 
     def __post_init__(self):
         if PROTOCOLS.get(self.call.__name__) is not self.call:

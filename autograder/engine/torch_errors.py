@@ -8,9 +8,10 @@ NO_KERNEL = r"\"?(\w+)\"? not implemented for '(\w+)'"
 
 _RULES = (
     (r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)",
-     lambda m: f"矩阵乘法（多半是 nn.Linear 投影）两边对不上：输入展平后是 {m[1]}×{m[2]}，它的最后一维 {m[2]} "
-               f"应该等于这一层的输入宽度 {m[3]}。看看送进这一层的张量是不是还没把头拼回去（[B, H, T, D] → "
-               "[B, T, H·D]），或者维度顺序弄反了。"),
+     lambda m: f"矩阵乘法两边对不上：左边（展平后）是 {m[1]}×{m[2]}，右边是 {m[3]}×{m[4]}，左边的最后一维 {m[2]} "
+               f"应该等于右边的第一维 {m[3]}（乘的时候沿这一维求和）。出错的是 A @ B 的话，看看两边是不是切错了维度、"
+               "该不该转置；是 nn.Linear 投影的话，送进去的张量的最后一维要等于这一层的输入宽度（比如头是不是还没拼回去，"
+               "[B, H, T, D] → [B, T, H·D]）。"),
     (r"Expected size for first two dimensions of batch2 tensor to be: \[(\d+), (\d+)\] but got: \[(\d+), (\d+)\]",
      lambda m: (f"矩阵乘法 A @ B 里，A 的最后一维是 {m[2]}，B 的倒数第二维却是 {m[4]}：两者要相等（乘的时候沿这一维求和）。"
                 "看看右边那个矩阵是不是该转置，或者切出来的那一段宽度对不对。") if m[1] == m[3] else
@@ -31,10 +32,15 @@ _RULES = (
     (r"shape '\[([-\d, ]*)\]' is invalid for input of size (\d+)",
      lambda m: f"view/reshape 的目标形状 [{m[1]}] 的元素总数和输入的 {m[2]} 个不相等：检查头数 × head_dim 是否等于"
                "这一维的宽度，以及 B、T、头数的顺序。"),
-    (r"expected (?:m1 and m2 to have the same dtype|scalar type \w+ but found \w+|both vectors to have same dtype)"
-     r"|mat1 and mat2 must have the same dtype|Expected .* to have the same dtype",
-     lambda m: "参与运算的张量 dtype 不一样（比如一个 float32，一个 bfloat16 或 float64）：中间新建的张量"
-               "（torch.ones、torch.arange、cos/sin 表、mask 的填充值）要用输入的 dtype，写 dtype=x.dtype 或 .to(x.dtype)。"),
+    (r"unflatten: Provided sizes \[([-\d, ]*)\] don't multiply up to the size of dim (-?\d+) \((\d+)\)",
+     lambda m: f"unflatten 要把第 {m[2]} 维（长 {m[3]}）拆成 [{m[1]}]，可这几个数乘起来不等于 {m[3]}：这一维的宽度和你"
+               "以为的不一样。打印它的 shape，再看看它是怎么切出来的（每一段的宽度 = 头数 × 每头的维数，几段宽度不一定相等）。"),
+    (r"Given groups=(\d+), expected weight to be divisible by \d+ at dimension 0, but got weight of size \[\[?([\d, ]+)\]?\]",
+     lambda m: f"分组卷积的 groups={m[1]} 是从输入的通道数来的，可权重 [{m[2]}] 的第 0 维（通道数）不是它的倍数："
+               "F.conv1d 的输入要是 [B, 通道, T]，通道在第 1 维。x 是 [B, T, 通道] 的话，先 transpose(1, 2)。"),
+    (r"Input type \((\w+)\) and weight type \(([\w.]+)\) should be the same",
+     lambda m: f"卷积的输入是 {_dtype_of(m[1])}，权重却是 {_dtype_of(m[2])}：F.conv1d 不会替你转换。先把权重转成输入的 dtype"
+               "（weight.to(x.dtype)）再卷积，输出就和 x 同 dtype。"),
     (r"a leaf Variable that requires grad is being used in an in-place operation",
      lambda m: "对需要梯度的参数（nn.Parameter）做了原地修改：用不带下划线的运算得到新张量，不要改参数本身。"),
     (r"(too many|not enough) values to unpack \(expected (\d+)(?:, got (\d+))?\)",
@@ -57,6 +63,12 @@ _RULES = (
     (NO_KERNEL,
      lambda m: f"PyTorch 的 {m[1]} 在 {m[2]} 上没有实现：在 CPU 上，有些运算不支持低精度的 dtype。"
                "先把参与运算的张量转成 float32 算（.float()），算完再转回输入的 dtype。"),
+    (r"only one element tensors can be converted to Python scalars",
+     lambda m: "把一个不止一个元素的张量交给了只收一个数的函数（math.exp、math.sqrt、float()、int()、.item() ……）："
+               "对张量逐元素运算要用 torch 的函数，比如 torch.exp(x) 或 x.exp()。"),
+    (r"prob_dist must be 1 or 2 dim",
+     lambda m: "torch.multinomial 只收 1 维或 2 维的概率，这里应是 [B, V]：取最后一个位置的 logits 要写 logits[:, -1]"
+               "（写成 logits[:, -1:] 会留下长度为 1 的位置维，成了 [B, 1, V]）。"),
     (r"selected index k out of range",
      lambda m: "topk 要取的个数 k 比这一维的长度还大：先和这一维的长度取较小的那个（min(k, x.shape[-1])），"
                "k 不小于长度时就是全都留下。"),
@@ -68,9 +80,31 @@ _RULES = (
 )
 
 
-def explain(message: str) -> str | None:
+# Tensors of two dtypes met in one operation. What to do depends on the exercise's contract.
+_MIXED_DTYPES = (r"expected (?:m1 and m2 to have the same dtype|scalar type \w+ but found \w+|both vectors to have same dtype)"
+                 r"|mat1 and mat2 must have the same dtype|Expected .* to have the same dtype")
+_IN_INPUT_DTYPE = ("参与运算的张量 dtype 不一样（比如一个 float32，一个 bfloat16 或 float64）：中间新建的张量"
+                   "（torch.ones、torch.arange、cos/sin 表、mask 的填充值）要用输入的 dtype，写 dtype=x.dtype 或 .to(x.dtype)。")
+_IN_FLOAT32 = ("参与运算的张量 dtype 不一样（比如一个 float32，一个 bfloat16）。这一题的约定是在 float32 里算："
+               "先定下工作精度 work = torch.promote_types(x.dtype, torch.float32)（x 是输入；bfloat16 → float32，float64 不变），"
+               "把输入都转成 work，中间新建的张量（torch.zeros、torch.eye、mask 的填充值……）也用 dtype=work，"
+               "最后再把结果转回输入的 dtype。")
+
+
+def _dtype_of(type_name: str) -> str:
+    """The dtype a tensor type name of PyTorch's messages stands for ("CPUBFloat16Type", "torch.FloatTensor")."""
+    for part, dtype in (("BFloat16", "bfloat16"), ("Half", "float16"), ("Double", "float64"), ("Float", "float32")):
+        if part in type_name:
+            return dtype
+    return type_name
+
+
+def explain(message: str, works_in_float32: bool = False) -> str | None:
     """What the error ``message`` (e.g. "RuntimeError: mat1 and mat2 shapes cannot be multiplied (6x8 and
-    16x8)") means for the student's tensors; None when it is not one the course knows."""
+    16x8)") means for the student's tensors; None when it is not one the course knows. ``works_in_float32``:
+    the exercise's contract computes in float32 and casts back (what to do about mixed dtypes differs)."""
+    if re.search(_MIXED_DTYPES, message):
+        return _IN_FLOAT32 if works_in_float32 else _IN_INPUT_DTYPE
     for pattern, say in _RULES:
         found = re.search(pattern, message)
         if found:

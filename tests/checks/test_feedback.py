@@ -1,5 +1,6 @@
 """Feedback on mistakes nobody listed: a name only when it explains every case, the broken base named before
 the exercise built on it, facts about the output when no name fits, and PyTorch's errors in the course's terms."""
+import dataclasses
 import itertools
 import math
 
@@ -12,7 +13,10 @@ from autograder.engine.compare import compare
 from autograder.engine.grading import grade_cells, judge
 from autograder.engine.student_code import Cell
 from tests import tiers
-from tests.students import a01, a03, a04
+from tests.natural_mistakes import a08 as natural_a08
+from tests.natural_mistakes import patch
+from tests.natural_mistakes import source as natural_source
+from tests.students import a01, a02, a03, a04, a07, a08
 
 REAL_MODEL = {e.name for e in ASSIGNMENTS["07_real_model"]}
 
@@ -96,6 +100,76 @@ def test_a_correct_exercise_on_a_broken_helper_names_the_helper(sandbox):
     assert verdicts["masked_softmax"].summary in attention.details and attention.details.count("看起来是") == 1
 
 
+@pytest.mark.model
+def test_an_exercises_own_mistake_is_named_beside_a_broken_base_that_cannot_reach_it(sandbox, smollm2_weights):
+    """sample_generate drawing from torch's global generator, on a sampling_probs that fails only its bfloat16
+    case (its result is float32 there; the model's logits are float32): both are said, the generator by name."""
+    probs_in_float32 = a07.CORRECT["sampling_probs"].replace("z = logits / temperature",
+                                                             "z = logits.float() if logits.dtype == torch.bfloat16 else logits\n"
+                                                             "    z = z / temperature")
+    no_generator = a07.CORRECT["sample_generate"].replace(", generator=generator)", ")")
+    verdicts = _verdicts("07_real_model", a07.cells({"sampling_probs": probs_in_float32}), sandbox)
+    assert verdicts["sampling_probs"].summary == "没有通过：dtype 不对", verdicts["sampling_probs"].message
+    verdict = judge(EXERCISES["sample_generate"], a07.cells({"sampling_probs": probs_in_float32,
+                                                             "sample_generate": no_generator}), sandbox)
+    assert "抽样时没有用给的 generator" in verdict.summary and "sampling_probs" in verdict.summary, verdict.message
+    assert verdict.mistake == "抽样时没有用给的 generator" and "dtype 不对" in verdict.details, verdict.message
+    # A base that does reach the draws (the temperature multiplied in): the base alone is named, as before.
+    hot = a07.CORRECT["sampling_probs"].replace("z = logits / temperature", "z = logits * temperature")
+    verdict = judge(EXERCISES["sample_generate"], a07.cells({"sampling_probs": hot}), sandbox)
+    assert verdict.summary == "没有通过：用到的 sampling_probs 还没通过它自己的检查" and not verdict.mistake, verdict.message
+
+
+def test_two_mistakes_in_one_function_are_both_named(sandbox):
+    """Keys from q_proj and no o_proj: no one known mistake fits, the two together do."""
+    both = a02.CORRECT["MultiHeadAttention"].replace("self.k_proj(x)", "self.q_proj(x)").replace(
+        "return self.o_proj(merge_heads(out))", "return merge_heads(out)")
+    verdict = judge(EXERCISES["MultiHeadAttention"], a02.cells({"MultiHeadAttention": both}), sandbox)
+    assert verdict.mistake == "忘了 o_proj；key 用 q_proj 算了", verdict.message
+    assert "这里有两个错" in verdict.details, verdict.message
+
+
+def test_an_own_mistake_on_a_broken_base_is_named_through_the_bases_mistake(sandbox):
+    """merge_heads transposing the last two dims and keys from q_proj: MultiHeadAttention's own mistake is found
+    with merge_heads' named mistake put into the reference, and said beside the broken base."""
+    merge = a02.CORRECT["merge_heads"].replace("x.transpose(1, 2)", "x.transpose(-2, -1)")
+    keys = a02.CORRECT["MultiHeadAttention"].replace("self.k_proj(x)", "self.q_proj(x)")
+    verdicts = _verdicts("02_multi_head", a02.cells({"merge_heads": merge, "MultiHeadAttention": keys}), sandbox)
+    assert verdicts["merge_heads"].mistake.startswith("transpose 的是最后两维"), verdicts["merge_heads"].message
+    verdict = verdicts["MultiHeadAttention"]
+    assert verdict.mistake == "key 用 q_proj 算了" and "merge_heads" in verdict.summary, verdict.message
+    # Right apart from the base: said so, and nothing of its own is named.
+    verdict = _verdicts("02_multi_head", a02.cells({"merge_heads": merge}), sandbox)["MultiHeadAttention"]
+    assert "这一题自己的代码看来没有错" in verdict.details and not verdict.mistake, verdict.message
+
+
+@pytest.mark.model
+def test_a_stage_that_goes_wrong_before_the_broken_base_is_the_layers_own(sandbox):
+    """A chunked rule solving (I − A) and a layer scaling k as well as q: the layer's first wrong stage (the
+    heads) runs before the rule, so the layer is told it has a mistake of its own there."""
+    entry = next(e for e in natural_a08.ENTRIES if e.id == "08-double-i-minus-a-and-k-scaled")
+    layer = EXERCISES["Qwen35GatedDeltaNet"]
+    verdict = judge(layer, [Cell("代码单元 #1", natural_source(natural_a08, entry))], sandbox)
+    assert "chunked_gated_delta_rule" in verdict.summary, verdict.message
+    assert "这一题自己也有错：第一个和参考不一样的步骤是heads 返回的" in verdict.details, verdict.message
+    # The rule broken alone: the layer's stages agree with the reference's up to the rule, so nothing is said.
+    rule_only = dataclasses.replace(entry, code={name: code for name, code in entry.code.items()
+                                                 if name == "chunked_gated_delta_rule"})
+    verdict = judge(layer, [Cell("代码单元 #1", natural_source(natural_a08, rule_only))], sandbox)
+    assert "先不诊断" in verdict.details, verdict.message
+
+
+def test_a_later_exercise_the_code_calls_is_blamed_too(sandbox):
+    """delta_rule written as gated_delta_rule with g = 0, on a gated_delta_rule whose β multiplies v alone: the
+    delta rule's own catalogue has that mistake too, but it is the base's, which names it."""
+    cells = a08.cells({
+        "delta_rule": "def delta_rule(q, k, v, beta, state=None):\n"
+                      "    return gated_delta_rule(q, k, v, torch.zeros_like(beta), beta, state)\n",
+        "gated_delta_rule": next(code for name, named, code in a08.MISTAKES if (name, named) == ("gated_delta_rule", "β 只乘了 v"))})
+    verdict = judge(EXERCISES["delta_rule"], cells, sandbox)
+    assert verdict.summary == "没有通过：用到的 gated_delta_rule 还没通过它自己的检查", verdict.message
+
+
 def test_a_helper_the_exercise_does_not_call_is_not_blamed(sandbox):
     broken = a01.CORRECT["masked_softmax"].replace("dim=-1", "dim=-2")
     own_softmax = '''
@@ -143,7 +217,11 @@ def _raised(fn) -> str:
 
 
 ERRORS = {
-    "matmul": (lambda: torch.nn.Linear(16, 8)(torch.zeros(2, 3, 8)), "最后一维 8 应该等于这一层的输入宽度 16"),
+    "matmul": (lambda: torch.nn.Linear(16, 8)(torch.zeros(2, 3, 8)), "左边的最后一维 8 应该等于右边的第一维 16"),
+    "matmul of two tensors": (lambda: torch.zeros(6, 4) @ torch.zeros(1, 4), "左边的最后一维 4 应该等于右边的第一维 1"),
+    "unflatten": (lambda: torch.zeros(2, 19).unflatten(-1, (2, 8)), "拆成 [2, 8]，可这几个数乘起来不等于 19"),
+    "grouped conv on [B, T, C]": (lambda: torch.nn.functional.conv1d(torch.zeros(1, 5, 48), torch.zeros(48, 1, 4), groups=5),
+                                  "通道在第 1 维。x 是 [B, T, 通道] 的话，先 transpose(1, 2)"),
     "bmm": (lambda: torch.zeros(2, 3, 4) @ torch.zeros(2, 6, 5), "A 的最后一维是 4，B 的倒数第二维却是 6"),
     "broadcast": (lambda: torch.zeros(2, 4, 3, 3) + torch.zeros(2, 2, 3, 3), "第 1 维一个是 4，一个是 2"),
     "cat": (lambda: torch.cat([torch.zeros(1, 2, 3, 4), torch.zeros(1, 3, 3, 4)], dim=2), "torch.cat 沿第 2 维"),
@@ -156,6 +234,10 @@ ERRORS = {
     "tuple": (lambda: (torch.zeros(1), torch.zeros(1)).transpose(0, 1), "tuple，不是张量"),
     "None": (lambda: None.shape, "这里的值是 None"),
     "bool mask": (lambda: torch.zeros(2, 2).masked_fill(torch.ones(2, 2), 0.0), "bool 张量"),
+    "math on a tensor": (lambda: __import__("math").exp(torch.zeros(2, 3)), "torch.exp(x)"),
+    "multinomial on 3-D": (lambda: torch.multinomial(torch.ones(2, 1, 5), 1), "logits[:, -1]"),
+    "conv weight": (lambda: torch.nn.functional.conv1d(torch.zeros(1, 2, 5, dtype=torch.bfloat16), torch.zeros(2, 1, 3),
+                                                       groups=2), "卷积的输入是 bfloat16，权重却是 float32"),
 }
 
 
@@ -169,6 +251,16 @@ def test_pytorchs_errors_are_told_in_the_courses_terms(what):
     make, said = ERRORS[what]
     meaning = torch_errors.explain(_raised(make))
     assert meaning is not None and said in meaning, meaning
+
+
+def test_mixed_dtypes_are_explained_by_the_exercises_own_rule(sandbox):
+    """A chunked rule that never converts bf16 inputs to float32 mixes them with its float32 state: the advice
+    is the notebook's (work in float32, cast back), not the input-dtype advice that suits the earlier layers."""
+    unconverted = patch(natural_a08.CORRECT["chunked_gated_delta_rule"],
+                        ("q, k, v, g, beta = q.to(work), k.to(work), v.to(work), g.to(work), beta.to(work)", "pass"))
+    verdict = judge(EXERCISES["chunked_gated_delta_rule"], [Cell("代码单元 #1", natural_a08.HEADER + unconverted)], sandbox)
+    assert "这一题的约定是在 float32 里算" in verdict.details and "要用输入的 dtype" not in verdict.details, verdict.message
+    assert torch_errors.explain("RuntimeError: expected scalar type BFloat16 but found Float") == torch_errors._IN_INPUT_DTYPE
 
 
 def test_a_raising_exercise_gets_the_meaning_of_its_error(sandbox):
@@ -254,3 +346,10 @@ def test_the_element_furthest_out_of_tolerance_is_named_by_its_index():
     got[1, 2, 0], got[0, 1, 3] = 0.5, 0.1  # both out of tolerance; [1, 2, 0] by far
     said = compare(got, want, torch.float32, EXERCISES["attention_scores"].tolerance(torch.float32))
     assert "2 个元素" in said.text and "差得最多的在 [1, 2, 0]：期望 0，得到 0.5" in said.text, said.text
+
+
+def test_a_number_of_another_type_is_said_to_be_of_the_wrong_type():
+    """numpy.prod's numpy.int64 reaches the grader as the sandbox's text for an object it cannot hand back."""
+    said = compare("numpy.int64 对象", 512, torch.float32, EXERCISES["attention_flops"].tolerance(torch.float32))
+    assert said.kind == "type" and "Python 的 int" in said.text and "int(…)" in said.text, said.text
+    assert compare(511, 512, torch.float32, EXERCISES["attention_flops"].tolerance(torch.float32)).kind == "values"

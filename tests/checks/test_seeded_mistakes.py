@@ -77,6 +77,7 @@ RAISES = {
     ("online_softmax_attention", "一次算出了多于 block_size 个 key 的分数"),  # scores of more keys than a block
     ("MultiHeadLatentAttention", "每个头各有一个 rope key"),  # kv_a_proj_with_mqa too wide: the weights do not load
     ("chunked_gated_delta_rule", "没有按块计算"),  # a state per position: stopped before it is done
+    ("Qwen35GatedDeltaNet", "输出 norm 的 weight 没有从 1 开始"),  # a fresh norm of the layer's class is looked at
 }
 
 

@@ -182,3 +182,14 @@ def test_a_cache_that_cannot_be_written_keeps_nothing_and_grading_goes_on(tmp_pa
     case = Case("case", (torch.ones(2),))
     assert output_store.key(LAYER, "reference", known_outputs.digest(case)) is None
     assert known_outputs.known("unwritable", case, lambda: 7, stored=(LAYER, "reference")) == 7
+
+
+def test_every_known_mistake_is_stored_under_a_name_of_its_own():
+    """Several ways to write one mistake share its name (online softmax's running max from 0, 08's exclusive γ):
+    each is kept apart, or one would be judged by the other's outputs."""
+    from autograder.engine.diagnosis import stored_name
+    for exercise in EXERCISES.values():
+        names = [stored_name(exercise, m) for m in exercise.mistakes if m.fn is not None]
+        assert len(names) == len(set(names)), (exercise.name, names)
+    chunked = EXERCISES["chunked_gated_delta_rule"]
+    assert len({m.name for m in chunked.mistakes if "不含自己的累积和" in m.name}) == 1

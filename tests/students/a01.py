@@ -246,6 +246,11 @@ def causal_mask(q_len, k_len=None, window=None):
 '''),
     ("online_softmax_attention", "累加的输出没有跟着缩放",
      swapped(_ONLINE, "o = o * c + p @ v", "o = o + p @ v")),
+    ("online_softmax_attention", "缩放因子写反了", swapped(_ONLINE, "c = torch.exp(m - shift)", "c = torch.exp(shift - m)")),
+    ("online_softmax_attention", "每一块只用这一块自己的最大值平移", swapped(
+        _ONLINE, "m_new = torch.maximum(m, s.amax(-1, keepdim=True))", "m_new = s.amax(-1, keepdim=True)")),
+    ("online_softmax_attention", "每一块的 exp 减的是这一块自己的最大值", swapped(
+        _ONLINE, "p = torch.exp(s - shift)", "p = torch.exp(s - s.amax(-1, keepdim=True).nan_to_num(neginf=0.0))")),
     ("online_softmax_attention", "running sum 没有跟着缩放", swapped(_ONLINE, "l = l * c + p.sum", "l = l + p.sum")),
     # FlashAttention's issue #2082: the shift that stands in for a -inf running max is kept as the running max.
     ("online_softmax_attention", "running max 被记成了 0", swapped(_ONLINE, "        m = m_new\n", "        m = shift\n")),

@@ -74,6 +74,20 @@ def merge_heads(x):
 def merge_heads(x):
     return x.permute(0, 2, 3, 1).flatten(2)
 '''),
+    ("split_heads", "transpose 的是最后两维", '''
+def split_heads(x, num_heads):
+    B, T, C = x.shape
+    return x.view(B, T, num_heads, C // num_heads).transpose(-2, -1)
+'''),
+    ("merge_heads", "transpose 的是最后两维", '''
+def merge_heads(x):
+    B, H, T, D = x.shape
+    return x.transpose(-2, -1).reshape(B, T, H * D)
+'''),
+    ("merge_heads", "从第 1 维起全部展平了", '''
+def merge_heads(x):
+    return x.transpose(1, 2).flatten(1)
+'''),
     ("merge_heads", "把各头加在一起了", '''
 def merge_heads(x):
     return x.sum(dim=1)
@@ -116,6 +130,33 @@ def merge_heads(x):
         mask = causal_mask(T)
         if attention_mask is not None:
             mask = mask & padding_mask(attention_mask)
+        return self.o_proj(merge_heads(attention(q, k, v, mask)[0]))
+''')),
+    ("MultiHeadAttention", "key 用 q_proj 算了", _mha('''
+        T = x.size(1)
+        q = split_heads(self.q_proj(x), self.n_heads)
+        k = split_heads(self.q_proj(x), self.n_heads)
+        v = split_heads(self.v_proj(x), self.n_heads)
+        mask = causal_mask(T) if causal else None
+        if attention_mask is not None:
+            mask = padding_mask(attention_mask) if mask is None else mask & padding_mask(attention_mask)
+        return self.o_proj(merge_heads(attention(q, k, v, mask)[0]))
+''')),
+    ("MultiHeadAttention", "因果掩码被替换掉了", _mha('''
+        T = x.size(1)
+        q, k, v = (split_heads(p(x), self.n_heads) for p in (self.q_proj, self.k_proj, self.v_proj))
+        mask = causal_mask(T) if causal else None
+        if attention_mask is not None:
+            mask = padding_mask(attention_mask)
+        return self.o_proj(merge_heads(attention(q, k, v, mask)[0]))
+''')),
+    ("MultiHeadAttention", "分数缩放了两次", _mha('''
+        T = x.size(1)
+        q, k, v = (split_heads(p(x), self.n_heads) for p in (self.q_proj, self.k_proj, self.v_proj))
+        q = q / math.sqrt(q.shape[-1])
+        mask = causal_mask(T) if causal else None
+        if attention_mask is not None:
+            mask = padding_mask(attention_mask) if mask is None else mask & padding_mask(attention_mask)
         return self.o_proj(merge_heads(attention(q, k, v, mask)[0]))
 ''')),
     ("MultiHeadAttention", "用 √hidden_size 而不是 √head_dim", _mha('''

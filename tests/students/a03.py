@@ -232,6 +232,20 @@ def kv_cache_bytes(batch, seq_len, num_layers, num_kv_heads, head_dim, bytes_per
         "macs += num_kv_heads * q_len * k_len * head_dim               # Q @ K^T").replace(
         "macs += num_heads * q_len * k_len * head_dim                  # weights @ V",
         "macs += num_kv_heads * q_len * k_len * head_dim               # weights @ V")),
+    ("attention_flops", "只数了因果掩码看得见的那些分数", CORRECT["attention_flops"].replace(
+        "num_heads * q_len * k_len * head_dim                  # Q @ K^T",
+        "num_heads * (q_len * (k_len - q_len) + q_len * (q_len + 1) // 2) * head_dim").replace(
+        "num_heads * q_len * k_len * head_dim                  # weights @ V",
+        "num_heads * (q_len * (k_len - q_len) + q_len * (q_len + 1) // 2) * head_dim")),
+    ("attention_flops", "也算进了 FLOPs", CORRECT["attention_flops"].replace(
+        "return 2 * batch * macs", "return 2 * batch * macs + 5 * batch * num_heads * q_len * k_len  # + softmax")),
+    ("attention_flops", "q_proj 按 Qwen3.5 带门的宽度", CORRECT["attention_flops"].replace(
+        "(q_width + kv_width + kv_width)", "(2 * q_width + kv_width + kv_width)")),
+    ("attention_flops", "分数表按 q_len × (k_len + q_len) 算了", CORRECT["attention_flops"].replace(
+        "macs += num_heads * q_len * k_len * head_dim                  # Q @ K^T",
+        "macs += num_heads * q_len * (k_len + q_len) * head_dim        # Q @ K^T").replace(
+        "macs += num_heads * q_len * k_len * head_dim                  # weights @ V",
+        "macs += num_heads * q_len * (k_len + q_len) * head_dim        # weights @ V")),
     ("attention_flops", "忘了乘 batch", CORRECT["attention_flops"].replace("return 2 * batch * macs", "return 2 * macs")),
     # Floats hold every integer only up to 2^53: the large case comes out rounded.
     ("attention_flops", "返回了 float", '''

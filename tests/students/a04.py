@@ -246,6 +246,8 @@ class LatentKVCache:
     ("MultiHeadLatentAttention", "1/(√d + √d_rope)", _mla().replace(
         "self.softmax_scale = 1.0 / math.sqrt(d_qk)",
         "self.softmax_scale = 1.0 / (math.sqrt(self.d_nope) + math.sqrt(self.d_rope))")),
+    ("MultiHeadLatentAttention", "漏了 q_a_layernorm", _mla().replace(
+        "q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))", "q = self.q_b_proj(self.q_a_proj(x))")),
     ("MultiHeadLatentAttention", "只用 √qk_nope_head_dim 缩放", _mla().replace(
         "self.softmax_scale = 1.0 / math.sqrt(d_qk)", "self.softmax_scale = self.d_nope ** -0.5")),
     # Partial RoPE as in Qwen (rotate the first rotary dims of the head): those are the query's nope dims.

@@ -57,6 +57,24 @@ def apply_output_gate(attn_out, gate):
 def apply_output_gate(attn_out, gate):
     return attn_out * torch.sigmoid(-gate)
 '''),
+    ("apply_output_gate", "乘的是 SiLU(gate)", '''
+import torch.nn.functional as F
+
+
+def apply_output_gate(attn_out, gate):
+    return attn_out * F.silu(gate)
+'''),
+    ("gate_gradient", "斜率写成了 g·(1 − z)", '''
+def gate_gradient(x, w, r, o, t):
+    z = x @ w
+    g = torch.sigmoid(z)
+    return ((r + g * o - t) * o * g * (1 - z)) @ x
+'''),
+    ("gate_gradient", "梯度多乘了 2", '''
+def gate_gradient(x, w, r, o, t):
+    g = torch.sigmoid(x @ w)
+    return (2 * (r + g * o - t) * o * g * (1 - g)) @ x
+'''),
     ("gate_gradient", "漏了 sigmoid 的导数", '''
 def gate_gradient(x, w, r, o, t):
     y = r + torch.sigmoid(x @ w) * o

@@ -270,6 +270,17 @@ def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
         keep = ordered.cumsum(-1) < top_p
         probs = probs * torch.zeros_like(keep).scatter(-1, order, keep)
 ''')),
+    ("sampling_probs", "只保底留下了最可能的一个", _probs(top_p='''
+    if top_p is not None:
+        ordered, order = probs.sort(dim=-1, descending=True)
+        keep = ordered.cumsum(-1) <= top_p
+        keep[:, 0] = True
+        probs = probs * torch.zeros_like(keep).scatter(-1, order, keep)
+''')),
+    ("sampling_probs", "温度除了两次", _probs(temperature='''
+    logits = logits / temperature
+    probs = torch.softmax(logits / temperature, dim=-1)
+''')),
     ("sampling_probs", "top-p 累加前没有按概率从大到小排序", _probs(top_p='''
     if top_p is not None:
         probs = probs * (probs.cumsum(-1) - probs < top_p)
@@ -301,6 +312,20 @@ def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):
     ("sample_generate", "用了 argmax，没有抽样", _SAMPLE.replace(
         "torch.multinomial(sampling_probs(last, **sampling), num_samples=1, generator=generator)",
         "sampling_probs(last, **sampling).argmax(-1, keepdim=True)")),
+    ("sample_generate", "在按概率从大到小排好序的分布上抽样", _SAMPLE.replace(
+        "        feed = torch.multinomial(sampling_probs(last, **sampling), num_samples=1, generator=generator)\n",
+        "        ranked, where = torch.sort(sampling_probs(last, **sampling), dim=-1, descending=True)\n"
+        "        feed = torch.gather(where, -1, torch.multinomial(ranked, num_samples=1, generator=generator))\n")),
+    ("sample_generate", "返回的是名次而不是 token id", _SAMPLE.replace(
+        "        feed = torch.multinomial(sampling_probs(last, **sampling), num_samples=1, generator=generator)\n",
+        "        ranked, where = torch.sort(sampling_probs(last, **sampling), dim=-1, descending=True)\n"
+        "        feed = torch.multinomial(ranked, num_samples=1, generator=generator)\n")),
+    ("sample_generate", "attention_mask 接上的是 0", _SAMPLE.replace(
+        "torch.cat([attention_mask, torch.ones_like(feed)], dim=-1)", "torch.cat([attention_mask, torch.zeros_like(feed)], dim=-1)")),
+    ("sample_generate", "所有层共用了一个 KVCache", _SAMPLE.replace(
+        "caches = [KVCache() for _ in range(len(model.layers))]", "caches = [KVCache()] * len(model.layers)")),
+    ("sample_generate", "温度除了两次", _SAMPLE.replace(
+        "sampling_probs(last, **sampling)", "sampling_probs(last / sampling.get('temperature', 1.0), **sampling)")),
     ("sample_generate", "抽样时没有用给的 generator", _SAMPLE.replace(", generator=generator)", ")")),
     ("sample_generate", "每一步都重新给 generator 播种", _SAMPLE.replace(
         "        feed = torch.multinomial(", "        generator.manual_seed(generator.initial_seed())\n"

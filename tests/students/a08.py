@@ -125,6 +125,7 @@ _CONV = '''
 def causal_conv1d(x, weight, conv_state=None):
     B, C, T = x.shape
     K = weight.shape[-1]
+    weight = weight.to(x.dtype)
     if conv_state is None:
         conv_state = torch.zeros(B, C, K - 1, dtype=x.dtype)
     padded = torch.cat([conv_state, x], dim=-1)
@@ -210,6 +211,9 @@ MISTAKES = [
                                               'float("-inf")), dim=-1)')),
     ("linear_attention", "分数除以了 √Dk", swapped(_LINEAR, 'q, k)\n', 'q, k) / math.sqrt(q.shape[-1])\n')),
     ("linear_attention", "除以了权重之和", swapped(_LINEAR, "    return", "    w = w / w.sum(-1, keepdim=True)\n    return")),
+    ("linear_attention", "特征映射", swapped(_LINEAR, "    T = q.shape[-2]\n",
+                                             "    T = q.shape[-2]\n    q, k = F.elu(q) + 1, F.elu(k) + 1\n")),
+    ("linear_attention", "分数算成了 k @ qᵀ", swapped(_LINEAR, '"bhtd,bhsd->bhts", q, k', '"bhtd,bhsd->bhts", k, q')),
     ("linear_attention_recurrent", "状态的布局转置了", swapped(
         _RECURRENT, "torch.zeros(B, H, Dk, v.shape[-1]", "torch.zeros(B, H, v.shape[-1], Dk",
         "k[:, :, t].unsqueeze(-1) @ v[:, :, t].unsqueeze(-2)", "v[:, :, t].unsqueeze(-1) @ k[:, :, t].unsqueeze(-2)",
@@ -224,10 +228,18 @@ MISTAKES = [
     ("delta_rule", "写入的不是修正量", _delta(write=swapped(_GATED["write"], "bt * (vt - pred)", "bt * vt"))),
     ("delta_rule", "修正量的符号反了", _delta(write=swapped(_GATED["write"], "bt * (vt - pred)", "bt * (pred - vt)"))),
     ("delta_rule", "先读后写", _delta(_READ_FIRST)),
+    ("delta_rule", "修正量里读旧值时用了 q", _delta(read=swapped(_GATED["read"], "kt, S", "q[:, :, t], S"))),
     ("delta_rule", "状态的布局转置了", _delta(**_TRANSPOSED)),
     ("delta_rule", "忽略了传进来的 state", _delta(head=swapped(_GATED["head"], " if state is None else state.clone()", ""))),
     ("gated_delta_rule", "衰减放在了写入之后", _gated(("head", "read", "write", "decay", "out", "end"))),
     ("gated_delta_rule", "修正量里的 Sᵀk 是衰减之前读的", _gated(("head", "read", "decay", "write", "out", "end"))),
+    ("gated_delta_rule", "衰减放在了每一步的最后", _gated(("head", "read", "write", "out", "decay", "end"))),
+    ("gated_delta_rule", "修正量里读旧值时用了 q", _gated(read=swapped(_GATED["read"], "kt, S", "q[:, :, t], S"))),
+    ("gated_delta_rule", "每一步衰减了两次", _gated(("head", "decay", "read", "decay", "write", "out", "end"))),
+    ("gated_delta_rule", "衰减用的是累积和", _gated(decay=swapped(_GATED["decay"], "torch.exp(g[:, :, t])",
+                                                           "torch.exp(g[:, :, :t + 1].sum(-1))"))),
+    ("gated_delta_rule", "状态本身没有衰减", _gated(decay=swapped(_GATED["decay"], "S = S *", "decayed = S *"),
+                                                 read=swapped(_GATED["read"], "kt, S", "kt, decayed"))),
     ("gated_delta_rule", "衰减乘的是 g 本身", _gated(decay=swapped(_GATED["decay"], "torch.exp(g[:, :, t])", "g[:, :, t]"))),
     ("gated_delta_rule", "衰减乘的是 exp(−g)", _gated(decay=swapped(_GATED["decay"], "torch.exp(g[:, :, t])",
                                                               "torch.exp(-g[:, :, t])"))),
@@ -252,6 +264,23 @@ MISTAKES = [
     A = eye + (kb @ k.transpose(-1, -2) * D).tril()
     inv = torch.linalg.solve_triangular(A, eye.expand_as(A), upper=False)
 ''')),
+    ("chunked_gated_delta_rule", "UT 系统里漏了 β", swapped(_CHUNKED, "inv = -(kb @ k.transpose", "inv = -(k @ k.transpose")),
+    ("chunked_gated_delta_rule", "块内用的是普通的因果掩码", swapped(
+        _CHUNKED, "    kb = k * beta[..., None]\n", "    D = causal.to(q.dtype).expand_as(D)\n    kb = k * beta[..., None]\n")),
+    ("chunked_gated_delta_rule", "最后一块不满 chunk_size 时，块末的累积衰减 γ_C 当成了 0", swapped(
+        _CHUNKED, "        last = G[:, :, i, -1:]\n",
+        "        last = G[:, :, i, -1:] if (i + 1) * C <= T else torch.zeros_like(G[:, :, i, -1:])\n")),
+    ("chunked_gated_delta_rule", "忽略了传进来的 state", swapped(_CHUNKED, " if state is None else state.to(q.dtype)", "")),
+    ("chunked_gated_delta_rule", "UT 系统的符号反了", swapped(_CHUNKED, "inv = -(kb @ k.transpose", "inv = (kb @ k.transpose")),
+    ("chunked_gated_delta_rule", "UT 系统没有起作用", swapped(
+        _CHUNKED, "    inv = inv + torch.eye(C, dtype=q.dtype)\n", "    inv = torch.eye(C, dtype=q.dtype).expand_as(inv)\n")),
+    ("chunked_gated_delta_rule", "A 里的 β 乘在了列上", swapped(
+        _CHUNKED, "inv = -(kb @ k.transpose(-1, -2) * D)", "inv = -(k @ kb.transpose(-1, -2) * D)")),
+    ("chunked_gated_delta_rule", "块内的衰减矩阵反了", swapped(
+        _CHUNKED, "(G[..., :, None] - G[..., None, :])", "(G[..., None, :] - G[..., :, None])")),
+    ("chunked_gated_delta_rule", "γ 用的是不含自己的累积和", swapped(_CHUNKED, "G = g.cumsum(-1)", "G = g.cumsum(-1) - g")),
+    ("chunked_gated_delta_rule", "块末更新状态时 k 乘的是 exp(γ_i)", swapped(
+        _CHUNKED, "(k[:, :, i] * (last - G[:, :, i]).exp()[..., None])", "(k[:, :, i] * G[:, :, i].exp()[..., None])")),
     ("chunked_gated_delta_rule", "读块开始时的状态时 q 没有乘 exp(γ_i)", swapped(
         _CHUNKED, "(q[:, :, i] * G[:, :, i, :, None].exp()) @ S", "q[:, :, i] @ S")),
     ("chunked_gated_delta_rule", "块末更新状态时 k 没有乘 exp(γ_C − γ_i)", swapped(
@@ -303,6 +332,13 @@ def chunked_gated_delta_rule(q, k, v, g, beta, chunk_size=64, state=None):
         "")),
     ("Qwen35GatedDeltaNet", "解码时没有用 cache 里的 conv_state", swapped(
         _LAYER, "conv_state = cache.conv_state if cache is not None else None", "conv_state = None")),
+    ("Qwen35GatedDeltaNet", "一次来几个 token 就把 conv_state 和 recurrent_state 都当成了空的", swapped(
+        _LAYER, "conv_state = cache.conv_state if cache is not None else None",
+        "conv_state = cache.conv_state if cache is not None and T == 1 else None",
+        "state = cache.recurrent_state if cache is not None else None",
+        "state = cache.recurrent_state if cache is not None and T == 1 else None")),
+    ("Qwen35GatedDeltaNet", "输出 norm 的 weight 没有从 1 开始", swapped(_LAYER, "self.weight = nn.Parameter(torch.ones(dim))",
+                                                      "self.weight = nn.Parameter(torch.zeros(dim))")),
     ("Qwen35GatedDeltaNet", "解码时没有用 cache 里的 recurrent_state", swapped(
         _LAYER, "state = cache.recurrent_state if cache is not None else None", "state = None")),
 ]
@@ -314,7 +350,7 @@ def causal_conv1d(x, weight, conv_state=None):
     K = weight.shape[-1]
     left = x.new_zeros(*x.shape[:2], K - 1) if conv_state is None else conv_state
     full = torch.cat([left, x], dim=2)
-    return F.conv1d(full, weight, groups=x.shape[1]), full[:, :, full.shape[2] - K + 1:]
+    return F.conv1d(full, weight.type_as(x), groups=x.shape[1]), full[:, :, full.shape[2] - K + 1:]
 '''),
 ]
 

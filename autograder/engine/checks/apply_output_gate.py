@@ -37,6 +37,9 @@ MISTAKES = (
             "不像 softmax 那样让一行的门加起来等于 1。", lambda out, gate: out * torch.softmax(gate, dim=-1)),
     Mistake("门是加上去的，不是乘上去的", "门逐维相乘：attn_out * sigmoid(gate)。",
             lambda out, gate: out + torch.sigmoid(gate)),
+    Mistake("乘的是 SiLU(gate) = gate·sigmoid(gate)，不是 sigmoid(gate)", "输出门是 sigmoid(gate)，值在 0～1 之间，只负责开合；"
+            "gate·sigmoid(gate) 是 SwiGLU 前馈层里的 SiLU，它没有上限，不是这里的门。",
+            lambda out, gate: out * torch.nn.functional.silu(gate)),
 )
 
 EXERCISE = Exercise("apply_output_gate", 2, apply_output_gate, cases, MISTAKES)

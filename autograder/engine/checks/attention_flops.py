@@ -36,18 +36,33 @@ def verify(case: Case, got) -> str | None:
 
 def _counted(batch, q_len, k_len, hidden_size, num_heads, num_kv_heads, head_dim, *, per_mac=2, o_proj=True,
              kv_heads=None, kv_projections=2, score_heads=None, score_cols=None, weights_v=True, projected=None,
-             batches=None) -> int:
+             batches=None, pairs=None, query_width=1) -> int:
     """attention_flops with one part counted wrongly: ``kv_heads`` heads for K/V, ``kv_projections`` of them,
     ``score_heads`` score tables of ``q_len × score_cols``, ``projected`` tokens through the projections,
-    ``batches`` sequences (each None: the right one)."""
+    ``batches`` sequences, ``pairs(q_len, k_len)`` (query, key) pairs per score table (each None: the right one),
+    ``query_width`` times H·D outputs of q_proj (2: Qwen3.5's query and gate)."""
     kv_heads = num_kv_heads if kv_heads is None else kv_heads
     score_heads = num_heads if score_heads is None else score_heads
     batch = batch if batches is None else batches
     score_cols = k_len if score_cols is None else score_cols
     projected = q_len if projected is None else projected
-    weights = hidden_size * head_dim * (num_heads * (2 if o_proj else 1) + kv_projections * kv_heads)
+    weights = hidden_size * head_dim * (num_heads * (query_width + (1 if o_proj else 0)) + kv_projections * kv_heads)
     products = 2 if weights_v else 1  # Q·Kᵀ, weights·V
-    return per_mac * batch * (projected * weights + products * q_len * score_heads * score_cols * head_dim)
+    table = q_len * score_cols if pairs is None else pairs(q_len, k_len)
+    return per_mac * batch * (projected * weights + products * score_heads * table * head_dim)
+
+
+def _visible(q_len: int, k_len: int) -> int:
+    """The (query, key) pairs a causal mask lets through: query i sees k_len − q_len + i + 1 keys."""
+    return q_len * (k_len - q_len) + q_len * (q_len + 1) // 2
+
+
+def _softmax_counted(case: Case, got) -> bool:
+    """The right count plus a few FLOPs (1 to 8) for every score of every head: the softmax (and the scaling)
+    counted too."""
+    batch, q_len, k_len, _, num_heads, _, _ = case.args
+    extra, scores = (got - attention_flops(*case.args)) if type(got) is int else 0, batch * num_heads * q_len * k_len
+    return extra > 0 and extra % scores == 0 and extra // scores <= 8
 
 
 def _wrong(**part):
@@ -74,6 +89,15 @@ MISTAKES = (
             lambda *args: _counted(*args, score_cols=args[1])),
     Mistake("漏了 weights · V", "打完分还要用权重给 V 加权求和：weights [q_len, k_len] × V [k_len, D]，和 Q·Kᵀ 一样多。",
             _wrong(weights_v=False)),
+    Mistake("只数了因果掩码看得见的那些分数", "这门课按整张 q_len × k_len 的分数表算：稠密的矩阵乘法把被遮住的位置也算了"
+            "（之后才被 mask 去掉）。只数看得见的一半左右，是 Megatron-LM 等估算训练成本时的另一种约定。",
+            lambda *args: _counted(*args, pairs=_visible)),
+    Mistake("把 softmax（或缩放、mask）也算进了 FLOPs", "这门课只数矩阵乘法（投影、Q·Kᵀ、weights·V）的 FLOPs，"
+            "每次乘加算 2：softmax 这类逐元素运算不计入，它们和矩阵乘法比起来很少。", matches=_softmax_counted),
+    Mistake("q_proj 按 Qwen3.5 带门的宽度（2·H·D）算了", "这一题的注意力层是普通的 GQA：q_proj 只输出 H·D 维。Qwen3.5 的 "
+            "q_proj 输出 2·H·D（一半是 query，一半是门），那是作业 05、06 的层。", _wrong(query_width=2)),
+    Mistake("分数表按 q_len × (k_len + q_len) 算了", "k_len 已经包括了这一步新来的 q_len 个 token（缓存里的加上新来的）："
+            "分数表是 q_len × k_len，不用再加 q_len。", lambda *args: _counted(*args, score_cols=args[2] + args[1])),
     Mistake("投影按全部 k_len 个 token 算了", "缓存里的位置早就投影过了（K、V 存在缓存里）：这一步只为 q_len 个新 token 做投影。",
             lambda *args: _counted(*args, projected=args[2])),
 )

@@ -18,12 +18,13 @@ def cases() -> list[Case]:
     hand = (torch.tensor([[[1.0, 2.0, 3.0, 4.0, 5.0]]]), torch.tensor([[[1.0, 10.0, 100.0]]]))
     found = [Case("小例子：x = [1, 2, 3, 4, 5]，一个通道，weight = [1, 10, 100]（最后一个权重乘当前位置）", hand)]
 
-    def case(label, batch, channels, seq, width, dtype=torch.float32, with_state=False, **kwargs):
+    def case(label, batch, channels, seq, width, dtype=torch.float32, with_state=False, weight_dtype=None, **kwargs):
         x = randn(gen, batch, channels, seq, dtype=dtype)
-        weight = randn(gen, channels, 1, width, dtype=dtype, scale=width ** -0.5)
+        weight = randn(gen, channels, 1, width, dtype=weight_dtype or dtype, scale=width ** -0.5)
         if with_state:
             kwargs["conv_state"] = randn(gen, batch, channels, width - 1, dtype=dtype)
-        found.append(Case(f"{label}x {shape(x)}，weight {shape(weight)}，{dtype_name(dtype)}", (x, weight), kwargs))
+        dtypes = dtype_name(dtype) if weight_dtype is None else f"x 是 {dtype_name(dtype)}，weight 是 {dtype_name(weight_dtype)}"
+        found.append(Case(f"{label}x {shape(x)}，weight {shape(weight)}，{dtypes}", (x, weight), kwargs))
 
     case("", 2, 6, 10, 4)
     case("只有一个位置，", 2, 3, 1, 4)
@@ -33,6 +34,8 @@ def cases() -> list[Case]:
     case("先算前 2 个位置，再从返回的 conv_state 接着算剩下的，", 2, 4, 7, 4, split=2)
     case("K = 2，先算前 4 个位置再接着算，", 1, 3, 6, 2, torch.float64, split=4)
     case("", 2, 8, 9, 4, torch.bfloat16, with_state=True)
+    # As in the layer (and the notebook's own check): float32 conv weights meet bfloat16 activations.
+    case("层里的情形（float32 的卷积权重遇上 bfloat16 的激活），", 2, 4, 5, 4, torch.bfloat16, weight_dtype=torch.float32)
     return found
 
 

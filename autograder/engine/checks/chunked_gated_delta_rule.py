@@ -43,32 +43,48 @@ def cases() -> list[Case]:
     return found
 
 
-def chunked(*, strict_output=False, diagonal_in_system=False, carry=True, decay_query=True, decay_key=True):
+def chunked(*, strict_output=False, diagonal_in_system=False, carry=True, decay_query=True, decay_key=True,
+            use_state=True, beta_in_system=True, decay_inside=True, short_end_at_zero=False, system_sign=1.0,
+            solve=True, beta_on_columns=False, decay_transposed=False, exclusive=False, key_decay_from_start=False):
     """The chunked rule written out, right by default, with one step changed: ``strict_output`` reads only
-    j < i inside a chunk; ``diagonal_in_system`` solves ``I + A`` with ``A`` keeping its diagonal ``β_i k_i·k_i``; ``carry`` False starts every chunk from the given state;
-    ``decay_query`` False reads the chunk's start state without ``exp(γ_i)``; ``decay_key`` False writes the
-    state without ``exp(γ_C − γ_i)``."""
+    j < i inside a chunk; ``diagonal_in_system`` solves ``I + A`` with ``A`` keeping its diagonal ``β_i k_i·k_i``;
+    ``carry`` False starts every chunk from the given state; ``decay_query`` False reads the chunk's start state
+    without ``exp(γ_i)``; ``decay_key`` False writes the state without ``exp(γ_C − γ_i)``; ``use_state`` False
+    ignores a given state; ``beta_in_system`` False leaves β out of ``A`` (not out of the right-hand side);
+    ``decay_inside`` False masks the chunk with the plain causal mask instead of ``exp(γ_i − γ_j)``;
+    ``short_end_at_zero`` takes γ_C = 0 for a last chunk shorter than ``chunk_size`` (as if read from padding
+    that was never summed); ``system_sign`` −1 solves ``I − A``; ``solve`` False takes ``δ`` = the right-hand
+    side (the system never solved); ``beta_on_columns`` scales ``A``'s columns by β (β_j, not β_i);
+    ``decay_transposed`` uses ``exp(γ_j − γ_i)`` inside the chunk; ``exclusive`` takes γ without each position's
+    own g (``"padded"``: code that pads the last chunk with g = 0 then ends a short chunk at the whole sum);
+    ``key_decay_from_start`` writes the state with ``exp(γ_i)`` instead of ``exp(γ_C − γ_i)``."""
     def rule(q, k, v, g, beta, chunk_size=64, state=None):
-        start_state = torch.zeros(*q.shape[:-2], q.shape[-1], v.shape[-1], dtype=q.dtype) if state is None else state
+        zeros = torch.zeros(*q.shape[:-2], q.shape[-1], v.shape[-1], dtype=q.dtype)
+        start_state = zeros if state is None or not use_state else state
         memory, out = start_state, []
         for start in range(0, q.shape[-2], chunk_size):
             part = slice(start, start + chunk_size)
             qc, kc, vc, gc, bc = q[..., part, :], k[..., part, :], v[..., part, :], g[..., part], beta[..., part]
             c = qc.shape[-2]
-            gamma = gc.cumsum(-1)
+            gamma = gc.cumsum(-1) - (gc if exclusive else 0.0)
             lower = torch.ones(c, c, dtype=torch.bool).tril()
-            decay = (gamma[..., :, None] - gamma[..., None, :]).masked_fill(~lower, float("-inf")).exp()
-            a = bc[..., :, None] * (kc @ kc.transpose(-2, -1)) * decay
+            gap = gamma[..., None, :] - gamma[..., :, None] if decay_transposed else gamma[..., :, None] - gamma[..., None, :]
+            decay = gap.masked_fill(~lower, float("-inf")).exp()
+            decay = decay if decay_inside else lower.to(q.dtype)
+            scale = (bc[..., None, :] if beta_on_columns else bc[..., :, None]) if beta_in_system else 1.0
+            a = system_sign * scale * (kc @ kc.transpose(-2, -1)) * decay
             system = (a.tril() if diagonal_in_system else a.tril(-1)) + torch.eye(c, dtype=q.dtype)
             memory0 = memory if carry else start_state
             rhs = bc[..., None] * (vc - (gamma.exp()[..., None] * kc) @ memory0)
-            delta = torch.linalg.solve_triangular(system, rhs, upper=False)
+            delta = torch.linalg.solve_triangular(system, rhs, upper=False) if solve else rhs
             scores = (qc @ kc.transpose(-2, -1)) * decay
             scores = scores.tril(-1) if strict_output else scores
             read = (gamma.exp()[..., None] * qc if decay_query else qc) @ memory0
             out.append(read + scores @ delta)
-            to_end = (gamma[..., -1:] - gamma).exp() if decay_key else torch.ones_like(gamma)
-            memory = gamma[..., -1, None, None].exp() * memory0 + (to_end[..., None] * kc).transpose(-2, -1) @ delta
+            end = gamma[..., -1:] if c == chunk_size or not short_end_at_zero else torch.zeros_like(gamma[..., -1:])
+            end = gc.sum(-1, keepdim=True) if exclusive == "padded" and c < chunk_size else end
+            to_end = gamma.exp() if key_decay_from_start else (end - gamma).exp() if decay_key else torch.ones_like(gamma)
+            memory = end[..., None].exp() * memory0 + (to_end[..., None] * kc).transpose(-2, -1) @ delta
         return torch.cat(out, dim=-2), memory
     return rule
 
@@ -81,6 +97,31 @@ MISTAKES = (
     Mistake("UT 系统多算了对角线（A 保留了 β_i k_i·k_i）", "修正量满足 (I + A) δ = β (v − …)，A 只取严格下三角"
             "（j < i，tril(-1)），所以系统的对角线是 1：位置 i 的修正量只受它之前的位置影响。",
             chunked(diagonal_in_system=True)),
+    Mistake("UT 系统里漏了 β（A 只是 k_i·k_j 乘衰减）", "修正量满足 (I + A) δ = β ⊙ (v − …)，A 的第 i 行要乘 β_i："
+            "A_ij = β_i (k_i·k_j) exp(γ_i − γ_j)，j < i。它来自 δ_i = β_i (v_i − 读出的旧值)，旧值里包括同一块里"
+            "前面位置刚写进去的 k_j δ_jᵀ。", chunked(beta_in_system=False)),
+    Mistake("块内用的是普通的因果掩码，没有乘衰减 exp(γ_i − γ_j)", "块内位置 j 写入的东西到位置 i 已经衰减了 "
+            "exp(γ_i − γ_j)（γ 是块内 g 的累积和）：UT 系统的 A 和块内的分数 (q_i·k_j) 都要乘这个衰减，"
+            "mask 只把 j > i 的位置去掉。", chunked(decay_inside=False)),
+    Mistake("最后一块不满 chunk_size 时，块末的累积衰减 γ_C 当成了 0", "最后一块可能比 chunk_size 短：块末的 γ_C 是这一块"
+            "最后一个真实位置的累积和（γ[..., -1]），不是补齐的位置上的 0。否则返回的状态少衰减了，接着算就错了。",
+            chunked(short_end_at_zero=True)),
+    Mistake("UT 系统的符号反了：解的是 (I − A) δ", "修正量满足 (I + A) δ = β ⊙ (v − …)：位置 i 读到的旧值里包括同一块前面"
+            "位置刚写进去的 k_j δ_jᵀ，要从 v_i 里减掉，移到左边就是 +A。", chunked(system_sign=-1.0)),
+    Mistake("UT 系统没有起作用：修正量就是右边（δ = β ⊙ (v − …)）", "块内的修正量要解下三角系统 (I + A) δ = 右边："
+            "torch.linalg.solve_triangular(I + A, 右边, upper=False)。upper=True 只读上三角（对角线的 1），等于没解。",
+            chunked(solve=False)),
+    Mistake("A 里的 β 乘在了列上（β_j），应乘在行上（β_i）", "A_ij = β_i (k_i·k_j) exp(γ_i − γ_j)：β 属于正在写入的位置 i，"
+            "用 β[..., :, None]。", chunked(beta_on_columns=True)),
+    Mistake("块内的衰减矩阵反了：用的是 exp(γ_j − γ_i)", "位置 j 写入的东西到位置 i（j ≤ i）衰减了 exp(γ_i − γ_j) ≤ 1："
+            "gamma[..., :, None] − gamma[..., None, :]，行是 i，列是 j。", chunked(decay_transposed=True)),
+    *(Mistake("γ 用的是不含自己的累积和（少了这一步的 g_t）", "γ_i = g_1 + … + g_i 包括位置 i 自己的 g_i（先衰减再读写，"
+              "和递推一样）：gamma = g.cumsum(-1)，不要再减去 g。", chunked(exclusive=how)) for how in ("all", "padded")),
+    Mistake("块末更新状态时 k 乘的是 exp(γ_i)（应是 exp(γ_C − γ_i)）", "位置 i 写入的 k_i δ_iᵀ 从位置 i 到块末还要衰减 "
+            "exp(γ_C − γ_i)，不是从块开始算的 exp(γ_i)：memory ← exp(γ_C) memory + (k ⊙ exp(γ_C − γ))ᵀ δ。",
+            chunked(key_decay_from_start=True)),
+    Mistake("忽略了传进来的 state", "state 不是 None 时，第一块从它开始，而不是从零开始：这样接着上一段算，和一次算完整段一样。",
+            chunked(use_state=False)),
     Mistake("读块开始时的状态时 q 没有乘 exp(γ_i)", "从块开始到位置 i，状态已经衰减了 exp(γ_i)，γ_i 是块内 g 的累积和："
             "读旧状态用 (q_i exp(γ_i)) memory。", chunked(decay_query=False)),
     Mistake("块末更新状态时 k 没有乘 exp(γ_C − γ_i)", "位置 i 写入的 k_i δ_iᵀ 到块末还要再衰减 exp(γ_C − γ_i)："
@@ -91,4 +132,4 @@ MISTAKES = (
 )
 
 EXERCISE = Exercise("chunked_gated_delta_rule", 5, chunked_gated_delta_rule, cases, MISTAKES, output_names=OUTPUT_NAMES,
-                    call=call_chunkwise)
+                    call=call_chunkwise, works_in_float32=True)

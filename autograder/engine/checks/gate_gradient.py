@@ -42,6 +42,11 @@ MISTAKES = (
             lambda x, w, r, o, t: -gate_gradient(x, w, r, o, t)),
     Mistake("y 里漏了残差 r", "门控之后的输出是 y = r + g·o：残差 r 也在里面，误差是 y − t = r + g·o − t。",
             lambda x, w, r, o, t: gate_gradient(x, w, torch.zeros_like(r), o, t)),
+    Mistake("sigmoid 的斜率写成了 g·(1 − z)，z = x @ w 是过 sigmoid 之前的分数",
+            "sigmoid 的导数用它自己的输出表示：dg/dz = g·(1 − g)，g = sigmoid(z)。",
+            lambda x, w, r, o, t: (lambda g, err: (err * o * g * (1 - x @ w)) @ x)(*_parts(x, w, r, o, t))),
+    Mistake("梯度多乘了 2", "损失是 (y − t)²/2，对 y 的导数是 y − t，不是 2(y − t)：1/2 正是为了消掉这个 2。",
+            lambda x, w, r, o, t: 2 * gate_gradient(x, w, r, o, t)),
     Mistake("没有对 token 求和", "w 由所有 token 共用，梯度是每个 token 的贡献之和，形状是 [F]。",
             lambda x, w, r, o, t: (lambda g, err: (err * o * g * (1 - g))[:, None] * x)(*_parts(x, w, r, o, t))),
 )

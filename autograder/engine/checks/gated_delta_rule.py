@@ -4,7 +4,7 @@
 state and a long input."""
 import torch
 
-from autograder.engine.checks.delta_rule import CORRECTION, READ_AFTER_CORRECTION
+from autograder.engine.checks.delta_rule import CORRECTION, READ_AFTER_CORRECTION, READ_WITH_KEY
 from autograder.engine.checks.linear_attention_recurrent import (
     GIVEN_STATE,
     LAYOUT,
@@ -50,6 +50,14 @@ ORDER = "Hugging Face 的顺序：先衰减 S ← exp(g_t)·S，再用衰减后�
 MISTAKES = (
     Mistake("衰减放在了写入之后", ORDER, gated(decay_at="after_write")),
     Mistake("修正量里的 Sᵀk 是衰减之前读的", ORDER, gated(decay_at="after_read")),
+    Mistake("衰减放在了每一步的最后（读出 o_t 之后）", ORDER + "放在最后，o_t 读的是还没衰减的状态，下一步又少衰减了一次。",
+            gated(decay_at="end")),
+    Mistake("修正量里读旧值时用了 q（应是 k）", READ_WITH_KEY, gated(read_with="q")),
+    Mistake("每一步衰减了两次（读 Sᵀk 之前一次，写入之前又一次）", ORDER + "每一步只乘一次 exp(g_t)。", gated(decay_at="twice")),
+    Mistake("衰减用的是累积和 exp(g_1 + … + g_t)，不是这一步的 exp(g_t)", "递推每一步只乘这一步的 exp(g_t)：之前各步的衰减"
+            "已经乘进状态里了。累积和 γ_t 是分块形式里从块开始算的衰减，递推里用它就重复衰减了。", gated(cumulative=True)),
+    Mistake("衰减后的状态只用来读 Sᵀk，状态本身没有衰减", "S ← exp(g_t)·S 要改写状态本身：之后的写入和读出 o_t 都用衰减后的 S，"
+            "下一步也从它开始。" + ORDER, gated(decay_at="read_only")),
     Mistake("衰减乘的是 g 本身，不是 exp(g)", "g 是衰减的对数（g ≤ 0）：状态乘的是 exp(g_t)，在 0 和 1 之间。",
             gated(gate=lambda g: g)),
     Mistake("衰减乘的是 exp(−g)", "g ≤ 0 是衰减的对数：状态乘 exp(g_t) ≤ 1；exp(−g) > 1 会让状态越来越大。",
@@ -64,4 +72,5 @@ MISTAKES = (
     Mistake("忽略了传进来的 state", GIVEN_STATE, gated(use_state=False)),
 )
 
-EXERCISE = Exercise("gated_delta_rule", 3, gated_delta_rule, cases, MISTAKES, output_names=OUTPUT_NAMES, call=call_rule)
+EXERCISE = Exercise("gated_delta_rule", 3, gated_delta_rule, cases, MISTAKES, output_names=OUTPUT_NAMES, call=call_rule,
+                    works_in_float32=True, uses=("chunked_gated_delta_rule",))

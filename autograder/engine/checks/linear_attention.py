@@ -49,6 +49,15 @@ def _normalised(q, k, v):
     return scores @ v / scores.sum(-1, keepdim=True)
 
 
+def _feature_map(q, k, v):
+    """Katharopoulos et al.'s φ(x) = elu(x) + 1 on q and k."""
+    return linear_attention(torch.nn.functional.elu(q) + 1, torch.nn.functional.elu(k) + 1, v)
+
+
+def _keys_times_queries(q, k, v):
+    return linear_attention(k, q, v)
+
+
 MISTAKES = (
     Mistake("没有因果掩码", "位置 t 只能用 j ≤ t 的 key 和 value：分数矩阵乘 v 之前，把上三角（j > t）置 0。",
             _masked(lambda seq: torch.ones(seq, seq, dtype=torch.bool))),
@@ -58,6 +67,10 @@ MISTAKES = (
     Mistake("分数除以了 √Dk", "这里的函数照原样用 q：1/√Dk 由 Gated DeltaNet 层在外面乘到 q 上。", _scaled),
     Mistake("除以了权重之和（归一化的线性注意力）", "这门课的线性注意力不归一化：o_t = Σ_{j≤t} (q_t·k_j) v_j，"
             "不除以 Σ_j q_t·k_j。", _normalised),
+    Mistake("用了 Katharopoulos 等人的特征映射 φ(x) = elu(x) + 1", "那篇论文用 φ(q)·φ(k) 代替 exp(q·k)，还要除以归一化项；"
+            "这门课（和 DeltaNet、Gated DeltaNet 一样）直接用 q_t·k_j，不加特征映射，也不归一化。", _feature_map),
+    Mistake("分数算成了 k @ qᵀ（q、k 的位置反了）", "位置 t 用自己的 query 去读前面的 key：分数 [t, j] = q_t·k_j，即 q @ kᵀ，"
+            "再只留下 j ≤ t。", _keys_times_queries),
 )
 
 EXERCISE = Exercise("linear_attention", 2, linear_attention, cases, MISTAKES)

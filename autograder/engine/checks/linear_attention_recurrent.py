@@ -42,13 +42,15 @@ def cases() -> list[Case]:
 
 
 def rule_variant(*, gate=torch.exp, decay_at="first", correction=True, beta_inside=True, read_after_write=True,
-                 use_state=True, transposed_state=False, sign=1.0):
+                 use_state=True, transposed_state=False, sign=1.0, read_with="k", cumulative=False):
     """A recurrent rule ``(q, k, v, g=None, beta=None, state=None) → (o, state)`` written out step by step,
     right by default (the gated delta rule; without g no decay, without beta β = 1, without ``correction``
     plain linear attention), with one step changed: ``gate`` turns g into the decay factor; ``decay_at`` is
-    "first" (before the read), "after_read" (between the read and the write) or "after_write"; ``beta_inside``
-    False writes ``β v − Sᵀk``; ``read_after_write`` False reads ``o_t`` before the write; ``use_state`` False
-    ignores a given state; ``transposed_state`` returns ``[B, H, Dv, Dk]``; ``sign`` −1 writes ``Sᵀk − v``."""
+    "first" (before the read), "after_read" (between the read and the write), "after_write" (before ``o_t`` is
+    read), "end" (after it), "twice" (before the read and again before the write) or "read_only" (the decayed
+    state only read, never kept); ``cumulative`` decays by ``exp(g_1 + … + g_t)``; ``beta_inside`` False writes ``β v − Sᵀk``; ``read_after_write`` False reads ``o_t``
+    before the write; ``use_state`` False ignores a given state; ``transposed_state`` returns ``[B, H, Dv, Dk]``;
+    ``sign`` −1 writes ``Sᵀk − v``; ``read_with`` "q" reads the stored value ``Sᵀq`` instead of ``Sᵀk``."""
     def rule(q, k, v, g=None, beta=None, state=None):
         memory = torch.zeros(*q.shape[:-2], q.shape[-1], v.shape[-1], dtype=q.dtype)
         if state is not None and use_state:
@@ -57,13 +59,15 @@ def rule_variant(*, gate=torch.exp, decay_at="first", correction=True, beta_insi
                 raise ValueError("the given state is not [Dv, Dk]")
             memory = (state.transpose(-2, -1) if transposed_state else state).to(q.dtype)
         out = []
+        gs = None if g is None else g.cumsum(-1) if cumulative else g
         for t in range(q.shape[-2]):
-            factor = 1.0 if g is None else gate(g[..., t, None, None])
+            factor = 1.0 if g is None else gate(gs[..., t, None, None])
             b = 1.0 if beta is None else beta[..., t, None]
-            memory = factor * memory if decay_at == "first" else memory
+            memory = factor * memory if decay_at in ("first", "twice") else memory
             k_t = k[..., t, :]
-            read = (k_t[..., :, None] * memory).sum(-2)
-            memory = factor * memory if decay_at == "after_read" else memory
+            read_from = factor * memory if decay_at == "read_only" else memory
+            read = ((k_t if read_with == "k" else q[..., t, :])[..., :, None] * read_from).sum(-2)
+            memory = factor * memory if decay_at in ("after_read", "twice") else memory
             if not correction:
                 delta = b * v[..., t, :]
             elif beta_inside:
@@ -74,6 +78,7 @@ def rule_variant(*, gate=torch.exp, decay_at="first", correction=True, beta_insi
             memory = memory + k_t[..., :, None] * delta[..., None, :]
             memory = factor * memory if decay_at == "after_write" else memory
             out.append((q[..., t, :, None] * memory).sum(-2) if read_after_write else before)
+            memory = factor * memory if decay_at == "end" else memory
         return torch.stack(out, dim=-2), (memory.transpose(-2, -1) if transposed_state else memory)
     return rule
 
@@ -95,4 +100,4 @@ MISTAKES = (
 )
 
 EXERCISE = Exercise("linear_attention_recurrent", 2, linear_attention_recurrent, cases, MISTAKES,
-                    output_names=OUTPUT_NAMES, call=call_rule)
+                    output_names=OUTPUT_NAMES, call=call_rule, works_in_float32=True)

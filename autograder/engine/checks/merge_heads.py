@@ -38,6 +38,13 @@ MISTAKES = (
     Mistake("拼接顺序反了：每个 token 的特征按 [D, H] 而不是 [H, D] 排",
             "transpose(1, 2) 之后是 [B, T, H, D]，reshape 时把 H 和 D 合并，头 0 的 D 个数在最前面。",
             lambda x: x.permute(0, 2, 3, 1).reshape(*_batch_seq(x), -1)),
+    Mistake("transpose 的是最后两维（-2, -1），不是头和时间（1, 2）",
+            "[B, H, T, D] 里要换到后面的是 H：transpose(1, 2) 得到 [B, T, H, D]，再 reshape 成 [B, T, H·D]。"
+            "transpose(-2, -1) 得到的是 [B, H, D, T]，reshape 以后每一行混着不同的 token。",
+            lambda x: x.transpose(-2, -1).reshape(*_batch_seq(x), -1)),
+    Mistake("从第 1 维起全部展平了：得到 [B, T·H·D]", "flatten(1) 把时间也并了进去：先 transpose(1, 2) 成 "
+            "[B, T, H, D]，再只合并最后两维：flatten(2) 或 reshape(B, T, H·D)。",
+            lambda x: x.transpose(1, 2).flatten(1)),
     Mistake("把各头加在一起了，而不是拼接", "多头的输出是并排拼接成 H·D 维，不是求和或平均。",
             lambda x: x.sum(dim=1)),
     Mistake("把各头平均了，而不是拼接", "多头的输出是并排拼接成 H·D 维，不是求和或平均。",

@@ -1,5 +1,6 @@
 """Check of ``MultiHeadAttention(hidden_size, num_heads)``: ``forward(x, attention_mask=None, causal=True)
 → [B, T, hidden]``, on a hand-readable example, seeded random shapes, padding and three dtypes."""
+import functools
 import math
 import operator
 
@@ -68,9 +69,11 @@ class _Variant(MultiHeadAttention):
     causal_rule = staticmethod(lambda causal: causal)
     scale_width = staticmethod(lambda q: q.shape[-1])  # the width whose square root scales the scores
     project_out = True
+    key_proj = "k_proj"
 
     def forward(self, x, attention_mask=None, causal=True):
-        q, k, v = (self.split(proj(x), self.num_heads) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        projections = (self.q_proj, getattr(self, self.key_proj), self.v_proj)
+        q, k, v = (self.split(proj(x), self.num_heads) for proj in projections)
         mask = causal_mask(x.shape[1]) if self.causal_rule(causal) else None
         if attention_mask is not None and self.use_padding:
             keys = padding_mask(attention_mask)
@@ -82,6 +85,20 @@ class _Variant(MultiHeadAttention):
 
 def _variant(**steps):
     return type("Mistake", (_Variant,), {name: staticmethod(s) if callable(s) else s for name, s in steps.items()})
+
+
+_STEP_OF = {"split_heads": "split", "merge_heads": "merge"}
+
+
+@functools.cache
+def _on_base(fn, name: str, base):
+    """``fn`` (the reference or a mistake) with its step that uses ``name`` made by ``base`` (Exercise.on_base)."""
+    step = _STEP_OF.get(name)
+    mistake = isinstance(fn, type) and issubclass(fn, _Variant)
+    if step is None or (mistake and step in vars(fn)):  # the mistake is in that very step
+        return None
+    root = fn if mistake else _Variant
+    return type("OnBase", (root,), {step: staticmethod(base)})
 
 
 MISTAKES = (
@@ -101,10 +118,17 @@ MISTAKES = (
             _variant(causal_rule=lambda causal: True)),
     Mistake("padding 掩码和因果掩码用 | 合并了", "两个条件都满足才能看：用 &，不是 |。",
             _variant(combine=operator.or_)),
+    Mistake("有 attention_mask 时只用了 padding 掩码，因果掩码被替换掉了", "两个掩码要同时生效：causal_mask(T) & "
+            "padding_mask(attention_mask)，广播成 [B, 1, T, T]；只留 padding 掩码，每个 token 就能看到后面的 token。",
+            _variant(combine=lambda causal, padding: padding)),
+    Mistake("key 用 q_proj 算了", "q、k、v 各有自己的投影：k = k_proj(x)。三行复制粘贴的时候最容易漏改这一处。",
+            _variant(key_proj="q_proj")),
+    Mistake("分数缩放了两次", "只除一次 √D：q 先除以 √D 再交给算分数的地方（那里又除一次 √D），分数就被除了 D。",
+            _variant(scale_width=lambda q: q.shape[-1] ** 2)),
     Mistake("用 √hidden_size 而不是 √head_dim 缩放了分数", "每个头的分数除以 √D，D = hidden_size / num_heads。",
             _variant(scale_width=lambda q: q.shape[1] * q.shape[-1])),
 )
 
 EXERCISE = Exercise("MultiHeadAttention", 4, MultiHeadAttention, cases, MISTAKES, call=call_module,
                     free=lambda case: modules.padding_query_rows(case.kwargs.get("attention_mask")),
-                    uses=("split_heads", "merge_heads", *ATTENTION_BASICS))
+                    uses=("split_heads", "merge_heads", *ATTENTION_BASICS), on_base=_on_base)

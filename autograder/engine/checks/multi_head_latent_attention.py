@@ -119,6 +119,12 @@ def _rotated_elsewhere(whole_head: bool):
     return forward
 
 
+def _query_unnormalised(self, x):
+    """The query of a compressed-query config without its q_a_layernorm."""
+    q = self.q_proj(x) if hasattr(self, "q_proj") else self.q_b_proj(self.q_a_proj(x))
+    return q.unflatten(-1, (self.num_heads, self.nope + self.rope)).transpose(1, 2).split([self.nope, self.rope], dim=-1)
+
+
 def _rotated_head_start(self, x, attention_mask=None, cache=None):
     """Qwen-style partial RoPE on the query: its first d_rope dims (nope dims) turn, q_rope stays put."""
     cos, sin = self.positions(x, cache)
@@ -230,6 +236,9 @@ SHARED = (  # mistakes both forward and forward_absorbed can make
             "缓存里存的就是转过的 rope key。", _variant(compress=_unrotated_key)),
     Mistake("latent 没有做 RMSNorm", "kv_a_proj_with_mqa 切出来的 latent 先过 kv_a_layernorm，再进缓存、再升维。",
             _variant(compress=_unnormalised)),
+    Mistake("query 压缩时漏了 q_a_layernorm", "q_lora_rank 不为 None 时，query 也走一条低秩路：q_b_proj(q_a_layernorm(q_a_proj(x)))，"
+            "中间的 RMSNorm 和 latent 的 kv_a_layernorm 一样不能省。",
+            _variant(query=_query_unnormalised)),
     Mistake("query 按 [rope | nope] 切开了", "每个头的 query 是 [nope | rope]：前 qk_nope_head_dim 维不转，后 qk_rope_head_dim 维转。",
             _variant(query=_rope_then_nope)),
     Mistake("解码时位置从 0 重新开始", "新来的第 i 个 token 在位置 len(cache) + i：rope_cos_sin(len(cache) + arange(T), ...)。"

@@ -83,19 +83,25 @@ def _blocks(q, k, v, mask, block_size):
 
 
 def _online(q, k, v, mask=None, block_size=16, *, rescale_out=True, rescale_sum=True, start_max=float("-inf"),
-            guard_shift=True, guard_divide=True, keep_shift=False, max_before_mask=False):
+            guard_shift=True, guard_divide=True, keep_shift=False, max_before_mask=False, inverted=False,
+            block_max_only=False, shift_by_block=False):
     """The running-max loop with one of its parts left out or wrong (each flag changed is one mistake):
     ``keep_shift`` keeps the shift (0 for a row that has seen no key yet) as the running max;
-    ``max_before_mask`` takes each block's max over the scores before masking."""
+    ``max_before_mask`` takes each block's max over the scores before masking; ``inverted`` rescales by
+    ``exp(m′ − m)`` instead of ``exp(m − m′)``; ``block_max_only`` shifts each block by its own max, never the max
+    of the blocks before it; ``shift_by_block`` shifts the block's exponentials by the block's own max while the
+    sums are rescaled to the running max."""
     rows = (q @ k[..., :1, :].mT).shape[:-1]
     running_max = torch.full((*rows, 1), start_max, dtype=q.dtype)
     running_sum = torch.zeros(*rows, 1, dtype=q.dtype)
     out = torch.zeros(*rows, v.shape[-1], dtype=q.dtype)
     for scores, raw, values in _blocks(q, k, v, mask, block_size):
-        new_max = torch.maximum(running_max, (raw if max_before_mask else scores).amax(dim=-1, keepdim=True))
+        block_max = (raw if max_before_mask else scores).amax(dim=-1, keepdim=True)
+        new_max = block_max if block_max_only else torch.maximum(running_max, block_max)
         shift = new_max.nan_to_num(neginf=0.0) if guard_shift else new_max
-        weights = torch.exp(scores - shift)
-        rescale = torch.exp(running_max - shift)
+        own = block_max.nan_to_num(neginf=0.0) if shift_by_block else shift
+        weights = torch.exp(scores - own)
+        rescale = torch.exp(shift - running_max) if inverted else torch.exp(running_max - shift)
         running_sum = running_sum * (rescale if rescale_sum else 1.0) + weights.sum(dim=-1, keepdim=True)
         out = out * (rescale if rescale_out else 1.0) + weights @ values
         running_max = shift if keep_shift else new_max
@@ -104,9 +110,10 @@ def _online(q, k, v, mask=None, block_size=16, *, rescale_out=True, rescale_sum=
     return out / running_sum
 
 
-def _per_block(q, k, v, mask=None, block_size=16):
-    """Each block's own softmax, the block outputs added up."""
-    return sum(torch.softmax(s, dim=-1).nan_to_num(0.0) @ values for s, _, values in _blocks(q, k, v, mask, block_size))
+def _per_block(q, k, v, mask=None, block_size=16, mean=False):
+    """Each block's own softmax, the block outputs added up (or averaged)."""
+    outs = [torch.softmax(s, dim=-1).nan_to_num(0.0) @ values for s, _, values in _blocks(q, k, v, mask, block_size)]
+    return sum(outs) / (len(outs) if mean else 1)
 
 
 def _last_block_dropped(q, k, v, mask=None, block_size=16):
@@ -163,6 +170,18 @@ MISTAKES = (
               lambda q, k, v, m=None, block_size=16, g=guard: _online(q, k, v, m, block_size, start_max=0.0,
                                                                       guard_divide=g))
       for guard in (True, False)),
+    Mistake("缩放因子写反了：乘的是 exp(m′ − m)", "running max 从 m 变成 m′ ≥ m 时，之前按 m 平移的和要换到 m′ 上："
+            "exp(s − m) · exp(m − m′) = exp(s − m′)，所以乘 exp(m − m′) ≤ 1，不是 exp(m′ − m)。",
+            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, inverted=True)),
+    Mistake("每一块只用这一块自己的最大值平移，没有和之前的 running max 取较大的", "m′ = max(m, 这一块的最大值)："
+            "running max 只能变大。只用这一块的最大值时，后面的块分数小得多，exp(m − m′) 就会溢出成 inf。",
+            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, block_max_only=True)),
+    Mistake("每一块的 exp 减的是这一块自己的最大值，不是 running max", "之前的和按 m′ 换了基准，这一块的 exp(s − m_块) "
+            "也要在同一个基准上：p = exp(s − m′)，m′ = max(m, m_块)。减 m_块 时，最大值比 m′ 小的块权重大了 exp(m′ − m_块) 倍。",
+            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, shift_by_block=True)),
+    Mistake("每一块单独做了 softmax，再把各块的输出平均", "各块的 softmax 分母不一样，块里 exp 的总量也不一样，不能等权平均："
+            "用同一个 running max 累加分子和分母，最后除一次。", lambda q, k, v, m=None, block_size=16:
+            _per_block(q, k, v, m, block_size, mean=True)),
     Mistake("每一块单独做了 softmax，再把各块的输出加起来", "各块的 softmax 分母不一样，不能分开归一化：先用同一个 running max "
             "累加分子和分母，最后除一次。", _per_block),
     *(Mistake("running max 还是 −inf 时直接拿它平移：exp(−inf − (−inf)) 是 NaN",

@@ -1,5 +1,6 @@
 """Check of ``Qwen35Attention(config)``: the Qwen3.5 gated-attention layer, on small random
 configurations, on the real shape (8 / 2 / 256 / rotary 64) and on the layer-3 weights."""
+import functools
 from types import SimpleNamespace
 
 import torch
@@ -97,6 +98,11 @@ def _norm_after_rope(self, query, key, cos, sin):
             self.k_norm(apply_partial_rope(key.transpose(1, 2), cos, sin)))
 
 
+def _k_norm_for_both(self, query, key, cos, sin):
+    return (apply_partial_rope(self.k_norm(query).transpose(1, 2), cos, sin),
+            apply_partial_rope(self.k_norm(key).transpose(1, 2), cos, sin))
+
+
 def _rope_last_dims(self, query, key, cos, sin):
     def rotate(t):
         rotary_dim = cos.shape[-1]
@@ -147,6 +153,8 @@ MISTAKES = (
     Mistake("q_norm / k_norm 乘的是 weight 而不是 (1 + weight)", "Qwen3.5 的 norm 是零中心的：乘 (1 + weight)。",
             _PlainWeightNorms),
     Mistake("QK-Norm 放在了 RoPE 之后", "顺序是先 q_norm / k_norm，再做 RoPE。", _variant(position=_norm_after_rope)),
+    Mistake("query 也用 k_norm 做了归一化", "q_norm 和 k_norm 各有各的权重：query 过 q_norm，key 过 k_norm。",
+            _variant(position=_k_norm_for_both)),
     Mistake("RoPE 转的是最后 rotary_dim 维", "只转每个头的前 rotary_dim 维。", _variant(position=_rope_last_dims)),
     Mistake("KV 头重复成了 0, 1, 0, 1 的顺序（整组平铺，像 repeat），应是 0, 0, 1, 1", "query 头 h 读的是 KV 头 h // n_rep："
             "repeat_interleave(n_rep, dim=1)，repeat 会把头的顺序排错。",
@@ -166,7 +174,29 @@ STAGES = (("split", "q_norm 收到的 query（应是按头拆出来、还没做 
           ("attention", "attention 的输出"),
           ("gate", "o_proj 收到的输入（乘过门、合并了头之后）"))
 assert tuple(key for key, _ in STAGES) == LAYER_STAGES
+STAGE_USES = {"split": ("split_query_gate",), "norm": ("ZeroCenteredRMSNorm",),
+              "rope": ("rope_cos_sin", "apply_rope", "apply_partial_rope"),
+              "attention": ("repeat_kv", "KVCache", "split_heads", "merge_heads", *ATTENTION_BASICS),
+              "gate": ("apply_output_gate",)}
+
+
+@functools.cache
+def _on_base(fn, name: str, base):
+    """``fn`` (the reference or a mistake) with its q_norm and k_norm made by ``base``, a known mistake of
+    ``ZeroCenteredRMSNorm`` written as a subclass (Exercise.on_base): swapped in once built, weights kept."""
+    if name != "ZeroCenteredRMSNorm" or not (isinstance(base, type) and issubclass(base, ZeroCenteredRMSNorm)):
+        return None
+
+    class OnBase(fn):
+        def __init__(self, cfg):
+            super().__init__(cfg)
+            for norm in (self.q_norm, self.k_norm):
+                if type(norm) is ZeroCenteredRMSNorm:
+                    norm.__class__ = base
+    return OnBase
+
 
 EXERCISE = Exercise("Qwen35Attention", 6, Qwen35Attention, cases, MISTAKES, call=call_layer,
-                    free=lambda case: padding_query_rows(case.args[5]), stages=STAGES,
-                    uses=("split_query_gate", "ZeroCenteredRMSNorm", "rope_cos_sin", "apply_rope", "apply_partial_rope", "apply_output_gate", "repeat_kv", "KVCache", "split_heads", "merge_heads", *ATTENTION_BASICS))
+                    free=lambda case: padding_query_rows(case.args[5]), stages=STAGES, stage_uses=STAGE_USES,
+                    uses=("split_query_gate", "ZeroCenteredRMSNorm", "rope_cos_sin", "apply_rope", "apply_partial_rope", "apply_output_gate", "repeat_kv", "KVCache", "split_heads", "merge_heads", *ATTENTION_BASICS),
+                    on_base=_on_base)

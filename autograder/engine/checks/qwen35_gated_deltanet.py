@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case, call_recurrent_decoder
+from autograder.engine.protocols import DELTANET_STAGES, Case, call_recurrent_decoder
 from autograder.engine.tolerances import Tolerance
 from course import qwen35_weights as checkpoint
 from course.qwen35 import PROMPT, PROMPT_IDS
@@ -118,12 +118,15 @@ class _Variant(Qwen35GatedDeltaNet):
     norm_plus_one = False
     gate_before_norm = False
     carry_conv, carry_state = True, True
+    cache_only_for_one_token = False  # several tokens at once are taken as a fresh prompt, the cache ignored
 
     def forward(self, x, attention_mask=None, cache=None):
         batch, seq, _ = x.shape
         if attention_mask is not None and self.use_mask:
             x = x * attention_mask[:, -seq:, None].to(x.dtype)
-        past = cache.conv_state if cache is not None and self.carry_conv else None
+        carry_conv, carry_state = ((False, False) if self.cache_only_for_one_token and seq > 1
+                                   else (self.carry_conv, self.carry_state))
+        past = cache.conv_state if cache is not None and carry_conv else None
         y, conv_state = causal_conv1d(self.in_proj_qkv(x).transpose(1, 2), self.conv1d.weight, past)
         qkv = (F.silu(y) if self.conv_silu else y).transpose(1, 2)
         q, k, v = qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
@@ -141,7 +144,7 @@ class _Variant(Qwen35GatedDeltaNet):
         beta = (torch.sigmoid(b) if self.sigmoid_beta else b).transpose(1, 2)
         a = self.in_proj_a(x) + (self.dt_bias if self.dt_bias_used else 0.0)
         g = -(self.A_log.exp() if self.exp_a else self.A_log) * (F.softplus(a) if self.softplus else a)
-        state = cache.recurrent_state if cache is not None and self.carry_state else None
+        state = cache.recurrent_state if cache is not None and carry_state else None
         o, state = chunked_gated_delta_rule(q, k, v, g.transpose(1, 2), beta, state=state)
         if cache is not None:
             cache.update(conv_state, state)
@@ -180,6 +183,9 @@ MISTAKES = (
             "不是 06 注意力层的 sigmoid 门。", _variant(gate=torch.sigmoid)),
     Mistake("输出的 RMSNorm 乘的是 (1 + weight)", "这里的 norm 是普通 RMSNorm，weight 从 1 开始，直接乘 weight；"
             "第 3 层那种零中心的 (1 + weight) 不适用于它。", _variant(norm_plus_one=True)),
+    Mistake("输出 norm 的 weight 没有从 1 开始", "输出的 norm 是普通 RMSNorm：weight = nn.Parameter(torch.ones(dim))，"
+            "和 Hugging Face 的 Qwen3_5RMSNormGated 一样；从 0 开始、乘 (1 + weight) 的是作业 06 的零中心 norm。",
+            error=r"weight 应从 1 开始"),
     Mistake("门乘在了 RMSNorm 之前", "先对 o 做 RMSNorm（乘 weight），再乘 SiLU(z)。", _variant(gate_before_norm=True)),
     Mistake("key 头重复成了 0, 1, 0, 1 的顺序（整组平铺，像 repeat），应是 0, 0, 1, 1", "value 头 h 读 key 头 "
             "h // (H_v / H_k)：repeat_interleave(n_rep, dim=1)。", _variant(tile=True)),
@@ -189,6 +195,9 @@ MISTAKES = (
             "再把返回的新 conv_state 存回 cache。", _variant(carry_conv=False)),
     Mistake("解码时没有用 cache 里的 recurrent_state", "delta rule 要从 cache.recurrent_state 接着算，算完把新的状态存回 cache。",
             _variant(carry_state=False)),
+    Mistake("缓存里已有内容时，一次来几个 token 就把 conv_state 和 recurrent_state 都当成了空的", "只有一个 token 时才从缓存接着算"
+            "是不够的：缓存不是空的，不管这次来几个 token，卷积都要接上 cache.conv_state，delta rule 都要从 "
+            "cache.recurrent_state 开始（判断的是缓存里有没有东西，不是 T 是不是 1）。", _variant(cache_only_for_one_token=True)),
 )
 
 def _free(case: Case):
@@ -202,7 +211,15 @@ def _free(case: Case):
 # outputs are small (~0.07 on the stand-in), so the default 0.03 absolute bound would hide mistakes there.
 BFLOAT16 = Tolerance(atol=0.02, rtol=0.02)
 
+STAGES = (("convolve", "convolve 返回的 qkv（因果卷积和 SiLU 之后）"),
+          ("heads", "heads 返回的 q、k、v（拆头、L2 归一化、q 乘 Dk^(−1/2)、重复 key 头之后）"),
+          ("gates", "gates 返回的 β、g"),
+          ("core", "core 返回的 o（delta rule 的输出）"),
+          ("norm", "norm 的输出（门控 RMSNorm 之后，out_proj 之前）"))
+assert tuple(key for key, _ in STAGES) == DELTANET_STAGES
+STAGE_USES = {"convolve": ("causal_conv1d",), "core": ("chunked_gated_delta_rule", "gated_delta_rule", "delta_rule")}
+
 EXERCISE = Exercise("Qwen35GatedDeltaNet", 6, Qwen35GatedDeltaNet, cases, MISTAKES, output_names=OUTPUT_NAMES,
                     tolerance_overrides={torch.bfloat16: BFLOAT16}, call=call_recurrent_decoder,
-                    free=_free,
+                    free=_free, stages=STAGES, stage_uses=STAGE_USES,
                     uses=("causal_conv1d", "chunked_gated_delta_rule", "gated_delta_rule", "delta_rule"))

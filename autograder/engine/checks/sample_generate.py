@@ -34,30 +34,39 @@ def cases() -> list[Case]:
     # Few, short cases: every step runs the whole model once, in the sandbox and again for the reference.
     return [
         _case(folder, ["Once upon a time"], 2, 1, {"temperature": 0.7, "top_p": 0.9}, ""),
-        _case(folder, ["The quick brown fox jumps over the", "My favourite food is"], 2, 0,
+        _case(folder, ["The quick brown fox jumps over the", "My favourite food is"], 4, 0,
               {"temperature": 0.8, "top_k": 40}, "一批两句，"),
     ]
 
 
-def _loop(*, pick="sample", own_generator=True, reseed=False, position=-1, cached=True, options=True):
-    """Sampled decoding with one thing done wrong: ``pick`` the ``"argmax"`` instead of sampling; draw from
+def _loop(*, pick="sample", own_generator=True, reseed=False, position=-1, cached=True, options=True, new_mask=1,
+          shared_cache=False, tempered=False):
+    """Sampled decoding with one thing done wrong: ``pick`` the ``"argmax"`` instead of sampling, or draw from the
+    probabilities sorted from the most likely down, mapped back to token ids (``"sorted"``) or not (``"rank"``); draw from
     torch's global generator (``own_generator=False``) or re-seed the given one every step (``reseed``); the
-    logits of another ``position``; no cache; the sampling options not passed on."""
+    logits of another ``position``; no cache; the sampling options not passed on; the attention_mask extended by
+    ``new_mask`` (0: the new tokens taken for padding); one cache object for every layer; the logits divided by the
+    temperature before sampling_probs divides them again (``tempered``)."""
     def generate(model, input_ids, max_new_tokens, generator, attention_mask=None, **sampling):
-        caches = [KVCache() for _ in model.layers]
+        caches = [KVCache()] * len(model.layers) if shared_cache else [KVCache() for _ in model.layers]
         step, mask, chosen = input_ids, attention_mask, []
         for _ in range(max_new_tokens):
             logits = model(step, attention_mask=mask, caches=caches if cached else None)
-            probs = sampling_probs(logits[:, position], **(sampling if options else {}))
+            last = logits[:, position] / (sampling.get("temperature", 1.0) if tempered else 1.0)
+            probs = sampling_probs(last, **(sampling if options else {}))
             if reseed:
                 generator.manual_seed(generator.initial_seed())
             if pick == "argmax":
                 step = probs.argmax(dim=-1, keepdim=True)
+            elif pick in ("sorted", "rank"):
+                ordered, order = probs.sort(dim=-1, descending=True)
+                step = torch.multinomial(ordered, 1, generator=generator)
+                step = order.gather(-1, step) if pick == "sorted" else step
             else:
                 step = torch.multinomial(probs, 1, generator=generator if own_generator else None)
             chosen.append(step)
             if mask is not None:
-                mask = torch.cat([mask, torch.ones_like(step)], dim=1)
+                mask = torch.cat([mask, torch.full_like(step, new_mask)], dim=1)
         return torch.cat(chosen, dim=1)
     return generate
 
@@ -98,6 +107,13 @@ MISTAKES = (
             matches=_returned_the_prompt),
     Mistake("用了 argmax，没有抽样", "这一题是抽样：按 sampling_probs 给的概率随机抽一个 token，"
             "不是每次都挑最可能的那个（那是 greedy_generate）。" + _DRAW, _loop(pick="argmax")),
+    Mistake("在按概率从大到小排好序的分布上抽样", "分布没有错，可同一个随机数落在排好序的概率上和落在词表原来顺序的概率上，"
+            "抽到的是不同的 token：这门课（和 Hugging Face 一样）直接在 sampling_probs 给出的 [B, V] 上抽，同一个种子才得到"
+            "同样的 token。Meta 的 Llama 代码在排好序的概率上抽再换回 token id，那是另一个约定。" + _DRAW,
+            _loop(pick="sorted")),
+    Mistake("在排好序的分布上抽样，返回的是名次而不是 token id", "在 probs.sort(descending=True) 的结果上抽到的是名次"
+            "（第几可能），还要用排序给出的下标换回 token id（order.gather(-1, 名次)）。更简单的是直接在 sampling_probs 给出的 "
+            "[B, V] 上抽：" + _DRAW, _loop(pick="rank")),
     Mistake("抽样时没有用给的 generator", "torch.multinomial 不传 generator=generator，就从 torch 的全局随机数里抽："
             "同一个种子得不到同样的文字，评分也没法复现。" + _DRAW, _loop(own_generator=False)),
     Mistake("每一步都重新给 generator 播种", "generator.manual_seed(...) 每一步都把随机数拨回起点，每一步抽到的随机数都一样。"
@@ -106,6 +122,13 @@ MISTAKES = (
             "torch.multinomial，代码还从 generator 里取过随机数（或多抽了一步）。" + _DRAW, matches=_extra_draws),
     Mistake("抽样时没有把 temperature、top_k、top_p 交给 sampling_probs", "sample_generate 收到的 **sampling 要原样传下去："
             "sampling_probs(logits[:, -1], **sampling)。", _loop(options=False)),
+    Mistake("attention_mask 接上的是 0：新 token 被当成了 padding", "attention_mask 里 1 是真实的 token，0 是 padding："
+            "每抽出一个 token，就在 mask 后面接一列 1（torch.ones_like(next_token)），否则新 token 在之后的注意力里都被遮住了。",
+            _loop(new_mask=0)),
+    Mistake("所有层共用了一个 KVCache", "[KVCache()] * n 是同一个对象重复 n 次，所有层的 K、V 会挤进同一个缓存。"
+            "每层要有自己的缓存：[KVCache() for _ in model.layers]。", _loop(shared_cache=True)),
+    Mistake("温度除了两次：先自己除了 temperature，又交给了 sampling_probs", "温度只由 sampling_probs 来除："
+            "把 logits[:, -1] 原样交给它，temperature 放在 **sampling 里传下去。", _loop(tempered=True)),
     Mistake("解码时没有把缓存交给模型", _STEP + "不给 caches，模型看到的就只有这一个 token，前文全丢了。", _loop(cached=False)),
     Mistake("取了第一个位置的 logits", "下一个 token 看的是最后一个位置的预测：logits[:, -1]，[B, T, vocab] 里 T 这一维取 −1。",
             _loop(position=0)),

@@ -80,15 +80,18 @@ def verify(case: Case, got: torch.Tensor) -> str | None:
     return None
 
 
-def _filtered(*, temperature_on="logits", k_shift=0, k_dim=-1, p_on="renormalised", crossing=True, ranked=True,
-              renormalise=True, top_p_first=False, softmax_dim=-1):
+def _filtered(*, temperature_on="logits", k_shift=0, k_dim=-1, p_on="renormalised", crossing=True, keep_first=False,
+              ranked=True, renormalise=True, top_p_first=False, softmax_dim=-1):
     """``sampling_probs`` with one thing done differently: the temperature on ``"logits"`` (right), ``"times"``
-    (logits multiplied by it) or ``"none"`` (no effect); top-k keeping ``k + k_shift`` tokens along ``k_dim``;
-    top-p on the ``"renormalised"`` top-k result (right), or on the ``"untempered"`` distribution; ``crossing``:
-    top-p keeps the token that crosses p; ``ranked``: top-p adds probabilities from the most likely down (else in
-    vocabulary order); ``renormalise``: rows divided by their sum (at all); ``top_p_first``: top-p before top-k."""
+    (logits multiplied by it), ``"twice"`` (logits divided by its square) or ``"none"`` (no effect); top-k keeping
+    ``k + k_shift`` tokens along ``k_dim``; top-p on the ``"renormalised"`` top-k result (right), or on the
+    ``"untempered"`` distribution; ``crossing``: top-p keeps the token that crosses p; ``keep_first``: it keeps
+    the most likely token whatever p is (the guard real samplers have); ``ranked``: top-p adds probabilities from
+    the most likely down (else in vocabulary order); ``renormalise``: rows divided by their sum (at all);
+    ``top_p_first``: top-p before top-k."""
     def fn(logits, temperature=1.0, top_k=None, top_p=None):
-        scaled = {"logits": logits / temperature, "times": logits * temperature, "none": logits}[temperature_on]
+        scaled = {"logits": logits / temperature, "times": logits * temperature, "twice": logits / temperature ** 2,
+                  "none": logits}[temperature_on]
         probs = torch.softmax(scaled, dim=softmax_dim)
         chooses = torch.softmax(logits, dim=softmax_dim) if p_on == "untempered" else probs
 
@@ -107,6 +110,7 @@ def _filtered(*, temperature_on="logits", k_shift=0, k_dim=-1, p_on="renormalise
             ordered, order = p.sort(dim=-1, descending=True) if ranked else (p, torch.arange(p.shape[-1]).expand_as(p))
             total = ordered.cumsum(dim=-1)
             kept = (total - ordered < top_p) if crossing else (total < top_p)
+            kept[..., 0] |= keep_first
             return p.masked_fill(~torch.zeros_like(p, dtype=torch.bool).scatter(-1, order, kept), 0.0)
 
         kept = top_k_of(top_p_of(chooses)) if top_p_first else top_p_of(top_k_of(chooses))
@@ -124,6 +128,8 @@ MISTAKES = (
             _filtered(temperature_on="none")),
     Mistake("温度乘在了 logits 上", "是除以温度：logits / temperature。温度大于 1 让分布更平，小于 1 让它更尖。",
             _filtered(temperature_on="times")),
+    Mistake("温度除了两次（logits / T²）", "温度只除一次：softmax(logits / temperature)。logits 在别处（比如取出最后一个位置时）"
+            "已经除过一次温度的话，这里就不要再除。", _filtered(temperature_on="twice")),
     Mistake("top-k 留下了 k + 1 个 token", "只留概率最大的 top_k 个：第 top_k 大的概率是 topk(top_k).values[..., -1]，"
             "比它小的都去掉。", _filtered(k_shift=1)),
     Mistake("top-k 少留了一个 token", "要留 top_k 个，不是 top_k − 1 个：第 top_k 大的那个本身要留下（比它小的才去掉，"
@@ -133,6 +139,10 @@ MISTAKES = (
     Mistake("top-p 丢掉了越过 p 的那个 token", "要留下累计概率达到 p 的最小集合，包括让累计概率越过 p 的那个 token："
             "看它前面的 token 加起来是否还小于 p（cumsum − 自己 < p），不是包括自己的 cumsum < p。"
             "否则最可能的 token 一个就超过 p 时，整行都被去掉了。", _filtered(crossing=False)),
+    Mistake("top-p 丢掉了越过 p 的那个 token（只保底留下了最可能的一个）", "要留下累计概率达到 p 的最小集合，包括让累计概率"
+            "越过 p 的那个 token：判断条件是它前面的 token 加起来是否还小于 p（cumsum − 自己 < p）。这样最可能的 token 自然"
+            "总会留下，不用另外保底；用包括自己的 cumsum < p 再保底留一个，前几个 token 加起来才越过 p 时还是少留了一个。",
+            _filtered(crossing=False, keep_first=True)),
     Mistake("top-p 累加前没有按概率从大到小排序", "nucleus 是最可能的那些 token：先 sort(descending=True)，在排好的顺序上 "
             "cumsum，再用 scatter 放回原来的位置。", _filtered(ranked=False)),
     Mistake("top-p 用的是 top-k 之前的概率，或没有先重新归一化", "top-k 去掉一些 token 之后，先把剩下的重新归一化（加起来是 1），"

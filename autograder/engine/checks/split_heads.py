@@ -38,6 +38,9 @@ MISTAKES = (
     Mistake("头和 head_dim 的顺序拆反了（view 成了 [B, T, D, H]）",
             "第 h 个头是连续的一段特征 h·D … (h+1)·D − 1：view(B, T, H, D)，H 在前。",
             lambda x, h: x.reshape(*x.shape[:2], _head_dim(x, h), h).permute(0, 3, 1, 2)),
+    Mistake("transpose 的是最后两维（-2, -1），不是时间和头（1, 2）：返回的是 [B, T, D, H]",
+            "view(B, T, H, D) 之后要把 H 换到 T 前面：transpose(1, 2) 得到 [B, H, T, D]。",
+            lambda x, h: x.reshape(*x.shape[:2], h, _head_dim(x, h)).transpose(-2, -1)),
 )
 
 EXERCISE = Exercise("split_heads", 2, split_heads, cases, MISTAKES)

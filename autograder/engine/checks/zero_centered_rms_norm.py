@@ -72,10 +72,13 @@ MISTAKES = (
     Mistake("均方根是对整个张量求的，不是每个向量各自求", "mean(x²) 只在最后一维上求：x.pow(2).mean(dim=-1, keepdim=True)，"
             "每个 token（每个头）各有自己的缩放。",
             _variant(normalise=lambda self, x: x * torch.rsqrt(x.pow(2).mean() + self.eps))),
+    Mistake("用 x.var() 代替了 mean(x²)", "var 先减去均值，默认还除以 n − 1：那是方差，不是均方。RMSNorm 除以 "
+            "√(mean(x²) + eps)：x.pow(2).mean(dim=-1, keepdim=True)。",
+            _variant(normalise=lambda self, x: x * torch.rsqrt(x.var(-1, keepdim=True) + self.eps))),
     Mistake("减去了均值（那是 LayerNorm）", "RMSNorm 不减均值，只除以均方根。",
             _variant(normalise=lambda self, x: (x - x.mean(-1, keepdim=True)) * torch.rsqrt(
                 x.var(-1, keepdim=True, unbiased=False) + self.eps))),
 )
 
 EXERCISE = Exercise("ZeroCenteredRMSNorm", 3, ZeroCenteredRMSNorm, cases, MISTAKES, call=call_norm,
-                    tolerance_overrides=TOLERANCES)
+                    tolerance_overrides=TOLERANCES, works_in_float32=True)

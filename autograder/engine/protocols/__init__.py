@@ -27,10 +27,16 @@ from autograder.engine.protocols.modules import (
     call_module,
     call_norm,
 )
-from autograder.engine.protocols.recurrent import call_conv, call_recurrent_decoder, call_rule, kept_state
+from autograder.engine.protocols.recurrent import (
+    DELTANET_STAGES,
+    call_conv,
+    call_recurrent_decoder,
+    call_rule,
+    kept_state,
+)
 from autograder.engine.protocols.watches import PerPosition, WholeScores, call_blockwise, call_chunkwise
 
-__all__ = ["FILES", "GLOBAL_SEED_OFFSET", "HANDED", "LAYER_STAGES", "PROTOCOLS", "PULLED", "STUDENT_MODULE", "Case", "PerPosition",
+__all__ = ["DELTANET_STAGES", "FILES", "GLOBAL_SEED_OFFSET", "HANDED", "LAYER_STAGES", "PROTOCOLS", "PULLED", "STUDENT_MODULE", "Case", "PerPosition",
            "WholeScores", "build", "call_absorbed_decoder", "call_blockwise", "call_cache", "call_chunkwise", "call_conv",
            "call_decoder", "call_function", "call_generate", "call_latent_decoder", "call_layer", "call_module",
            "call_norm", "call_recurrent_decoder", "call_rule", "call_sample_generate", "kept_state", "map_tensors",

@@ -1,6 +1,7 @@
 """The protocols of modules: built from their weights in the case's dtype and run whole (``call_module``,
 ``call_norm``, ``call_layer`` with the stages it passes through), or decoded through a cache of the student's
 own in chunks (``call_decoder`` and MLA's two), and the caches themselves (``call_cache``)."""
+import contextlib
 import inspect
 import sys
 
@@ -42,13 +43,17 @@ def run_decoder(cls, case: Case, cache_name: str, method: str, values: bool = Fa
         module = build(cls, init, weights, case.dtype)
         step = getattr(module, method)
         if steps is None:
-            kwargs = {} if attention_mask is None else {"attention_mask": attention_mask}
-            out, returned = pair(step(x, **kwargs), method)
-            if returned is not None:
-                raise TypeError(f"不带 cache 调用 {method} 时应返回 (out, None)：返回的 cache 就是传进来的那个，"
-                                f"没有传就是 None，得到的是 {type(returned).__name__}。")
-            return out
+            return pair_out(step(x, **({} if attention_mask is None else {"attention_mask": attention_mask})), method)
         return _decode(step, neighbour(cls, cache_name)(), x, attention_mask, steps, values)
+
+
+def pair_out(result, method: str):
+    """The ``out`` of what ``method`` returned when called without a cache, which must be ``(out, None)``."""
+    out, returned = pair(result, method)
+    if returned is not None:
+        raise TypeError(f"不带 cache 调用 {method} 时应返回 (out, None)：返回的 cache 就是传进来的那个，"
+                        f"没有传就是 None，得到的是 {type(returned).__name__}。")
+    return out
 
 
 def _decode(step, cache, x, attention_mask, steps, values: bool = False) -> tuple:
@@ -146,13 +151,10 @@ def call_layer(cls, case: Case):
         code = getattr(inspect.unwrap(step), "__code__", None) if callable(step) else None
         if code is not None:
             watched[code] = (stages[stage], pick)
-    previous = sys.getprofile()
-    sys.setprofile(_returns_into(watched))  # this thread's alone: the module's names stay as they are
     try:
-        with torch.no_grad():
+        with torch.no_grad(), watching_returns(watched):
             out = layer(x, cos, sin, attention_mask=attention_mask)
     finally:
-        sys.setprofile(previous)
         for hook in hooks:
             hook.remove()
     return out, {name: tuple(tensors) for name, tensors in stages.items()}
@@ -160,7 +162,8 @@ def call_layer(cls, case: Case):
 
 def _returns_into(watched: dict):
     """A profile function (``sys.setprofile``) that appends ``pick(what it returned)`` to ``into`` whenever a
-    function whose code is in ``watched`` (code -> ``(into, pick)``) returns a tensor that way."""
+    function whose code is in ``watched`` (code -> ``(into, pick)``) returns a tensor that way (or a tuple of
+    tensors, each appended)."""
     def profile(frame, event, result):
         if event != "return" or frame.f_code not in watched:
             return
@@ -171,7 +174,21 @@ def _returns_into(watched: dict):
             return
         if isinstance(picked, torch.Tensor):
             into.append(picked)
+        elif isinstance(picked, tuple) and picked and all(isinstance(t, torch.Tensor) for t in picked):
+            into.extend(picked)
     return profile
+
+
+@contextlib.contextmanager
+def watching_returns(watched: dict):
+    """A context in which ``_returns_into(watched)`` sees this thread's returns (the module's names stay as
+    they are)."""
+    previous = sys.getprofile()
+    sys.setprofile(_returns_into(watched))
+    try:
+        yield
+    finally:
+        sys.setprofile(previous)
 
 
 def _hook_stages(layer, stages: dict) -> list:

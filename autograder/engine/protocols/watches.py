@@ -14,7 +14,7 @@ def call_blockwise(fn, case: Case):
     than ``block_size`` keys at once (``WholeScores``)."""
     q, k, v = case.args[:3]
     block_size = case.kwargs.get("block_size", case.args[4] if len(case.args) > 4 else 16)
-    with _BlockWatch(q.shape[-2], block_size, (q.shape[-1], v.shape[-1])):
+    with _BlockWatch(q.shape[-2], k.shape[-2], block_size, (q.shape[-1], v.shape[-1])):
         return fn(*case.args, **case.kwargs)
 
 
@@ -30,12 +30,13 @@ _PRODUCTS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.T
 class _BlockWatch(torch.overrides.TorchFunctionMode):
     """Watches the matrix products of an attention: one that gives scores of ``Tq`` queries for more than
     ``block_size`` keys (``[..., Tq, n]`` or ``[..., n, Tq]``, n > block_size; n is not D or Dv, which the
-    products with v have) means the keys were not taken a block at a time. Only products: a broadcast by
-    mistake (a running sum without keepdim) makes tables of that shape too, and is not this."""
+    products with v have), or of some queries for all ``Tk`` keys (queries taken a block at a time instead),
+    means the keys were not taken a block at a time. Only products: a broadcast by mistake (a running sum
+    without keepdim) makes tables of that shape too, and is not this."""
 
-    def __init__(self, q_len: int, block_size: int, dims: tuple[int, ...]):
+    def __init__(self, q_len: int, k_len: int, block_size: int, dims: tuple[int, ...]):
         super().__init__()
-        self.q_len, self.block_size, self.dims = q_len, block_size, dims
+        self.q_len, self.k_len, self.block_size, self.dims = q_len, k_len, block_size, dims
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
@@ -45,7 +46,8 @@ class _BlockWatch(torch.overrides.TorchFunctionMode):
 
     def _check(self, shape: tuple[int, ...]):
         rows, cols = shape[-2:]
-        width = cols if rows == self.q_len else rows if cols == self.q_len else 0
+        width = (cols if rows == self.q_len or cols == self.k_len else
+                 rows if cols == self.q_len or rows == self.k_len else 0)
         if width > self.block_size and width not in self.dims:
             raise WholeScores(f"这一步算出了形状 {list(shape)} 的浮点张量：一次处理了 {width} 个 key，可 block_size = "
                               f"{self.block_size}。online softmax 每次只处理 block_size 个 key：分数、exp 和它们的和都按块算，"
