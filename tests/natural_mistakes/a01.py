@@ -549,4 +549,158 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
            OS: patch(ONLINE_SOFTMAX_ATTENTION, ("out = torch.where(z > 0, a / z, torch.zeros((), dtype=work))",
                                                "out = a / z"))},
           (M, A, OS)),
+    # A later set, written from the notebooks alone.
+    Entry("01-window-last-w-of-sequence", "single",
+          "causal_mask's window keeps only the keys j >= k_len - w, the last w keys of the whole sequence, for "
+          "every query, instead of the w keys up to each query's own position (p - w < j <= p); it is right only "
+          "for the last query (one decoding step), and earlier queries see nothing",
+          {C: patch(CAUSAL_MASK, ("keys <= pos - window", "keys < k_len - window"))},
+          (C,)),
+    Entry("01-window-symmetric-band", "single",
+          "with a window, causal_mask returns the symmetric band |j - p| < w (Longformer's sliding window) and "
+          "drops the causal condition, so each query also sees the w - 1 keys after it",
+          {C: patch(CAUSAL_MASK, ("ones = ones.masked_fill(keys <= pos - window, False)",
+                                  "return (keys - pos).abs() < window"))},
+          (C,)),
+    Entry("01-window-before-k-len-default", "raises",
+          "causal_mask handles the window in an early branch placed before k_len defaults to q_len, so "
+          "causal_mask(q_len, window=w) without k_len computes k_len - q_len with k_len = None and raises a "
+          "TypeError",
+          {C: '''
+def causal_mask(q_len: int, k_len: int | None = None, window: int | None = None) -> torch.Tensor:
+    """Bool [q_len, k_len]; True = may attend; with window=w only p - w < j <= p."""
+    if window is not None:
+        pos = torch.arange(k_len - q_len, k_len)[:, None]
+        keys = torch.arange(k_len)[None, :]
+        return (keys <= pos) & (keys > pos - window)
+    if k_len is None:
+        k_len = q_len
+    return torch.tril(torch.ones(q_len, k_len, dtype=torch.bool), diagonal=k_len - q_len)
+'''},
+          (C,)),
+    Entry("01-window-clamped-to-q-len", "single",
+          "causal_mask clamps the window to q_len (window = min(window, q_len)) instead of leaving it alone, so "
+          "with a cache (q_len < k_len) the window shrinks: causal_mask(1, 6, window=3) sees only key 5 instead "
+          "of keys 3, 4 and 5",
+          {C: patch(CAUSAL_MASK, ("    if window is not None:\n        pos =",
+                                  "    if window is not None:\n        window = min(window, q_len)\n        pos ="))},
+          (C,)),
+    Entry("01-online-rescale-inverted", "single",
+          "online_softmax_attention rescales z and a by exp(m_new - m) instead of exp(m - m_new); on the first "
+          "block m = -inf, so the factor is inf and 0 * inf makes every output NaN (and later the old blocks "
+          "would be scaled up instead of down)",
+          {OS: patch(ONLINE_SOFTMAX_ATTENTION, ("rescale = torch.exp(m - shift)", "rescale = torch.exp(shift - m)"))},
+          (OS,)),
+    Entry("01-online-p-shifted-by-block-max", "single",
+          "online_softmax_attention shifts each block's exponentials by that block's own maximum, "
+          "p = exp(s - max(s_block)), instead of by the new running max m_new, while z and a are rescaled to "
+          "m_new: a block whose maximum is below the running max gets weights too large by exp(m_new - max(s_block))",
+          {OS: patch(ONLINE_SOFTMAX_ATTENTION, (
+              "        p = torch.exp(s - shift)\n",
+              "        block_max = s.amax(dim=-1, keepdim=True)\n"
+              "        p = torch.exp(s - torch.where(block_max == neg_inf, torch.zeros((), dtype=work), block_max))\n"))},
+          (OS,)),
+    Entry("01-online-mask-sliced-on-queries", "raises",
+          "online_softmax_attention slices the mask along the query dim (mask[..., start:stop, :]) instead of "
+          "the key dim (mask[..., start:stop]), so the block's mask does not match the [..., Tq, block] scores "
+          "and a shape error follows",
+          {OS: patch(ONLINE_SOFTMAX_ATTENTION, ("s = torch.where(mask[..., start:stop], s, neg_inf)",
+                                               "s = torch.where(mask[..., start:stop, :], s, neg_inf)"))},
+          (OS,)),
+    Entry("01-online-v-sliced-on-last-dim", "raises",
+          "online_softmax_attention slices v as v[..., start:stop] (its last dim Dv) instead of "
+          "v[..., start:stop, :] (the keys), so p @ v_block multiplies [..., Tq, block] by [..., Tk, few] and "
+          "raises a shape error",
+          {OS: patch(ONLINE_SOFTMAX_ATTENTION, ("p @ v[..., start:stop, :].to(work)", "p @ v[..., start:stop].to(work)"))},
+          (OS,)),
+    Entry("01-online-max-from-first-block", "single",
+          "online_softmax_attention takes the shift m once, from the first block's maximum, and never updates "
+          "it; later blocks with larger scores are not rescaled, so their exp(s - m) overflows to inf (NaN "
+          "output) when they exceed the first block's maximum by more than about 88",
+          {OS: '''
+def online_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+                             block_size: int = 16) -> torch.Tensor:
+    """attention(q, k, v, mask)[0] over blocks of block_size keys."""
+    k_len = k.shape[-2]
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], k_len)
+    work = torch.promote_types(q.dtype, torch.float32)
+    m = None
+    z = torch.zeros((), dtype=work)
+    a = torch.zeros((), dtype=work)
+    for start in range(0, k_len, block_size):
+        s = attention_scores(q.to(work), k[..., start:start + block_size, :].to(work))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., start:start + block_size], float("-inf"))
+        if m is None:  # shift every block by the first block's maximum
+            m = s.amax(dim=-1, keepdim=True)
+            m = m.masked_fill(m == float("-inf"), 0.0)
+        p = torch.exp(s - m)
+        z = z + p.sum(dim=-1, keepdim=True)
+        a = a + p @ v[..., start:start + block_size, :].to(work)
+    out = torch.where(z > 0, a / z, torch.zeros((), dtype=work))
+    return out.to(q.dtype)
+'''},
+          (OS,)),
+    Entry("01-online-amax-without-keepdim", "raises",
+          "online_softmax_attention takes the block maximum with s.amax(dim=-1) without keepdim, so m has shape "
+          "[..., Tq] and s - m broadcasts it along the keys instead of the queries: a shape error when "
+          "Tq != block size (and silently wrong shifts when they are equal)",
+          {OS: patch(ONLINE_SOFTMAX_ATTENTION, ("s.amax(dim=-1, keepdim=True)", "s.amax(dim=-1)"))},
+          (OS,)),
+    Entry("01-online-blocks-queries-not-keys", "single",
+          "online_softmax_attention splits the queries into blocks of block_size and runs the ordinary "
+          "attention of each query block against all Tk keys, so it holds scores for all Tk keys at once "
+          "([block, Tk]) and never splits the keys; the output itself is right",
+          {OS: '''
+def online_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+                             block_size: int = 16) -> torch.Tensor:
+    """attention(q, k, v, mask)[0], a block of queries at a time."""
+    q_len, k_len = q.shape[-2], k.shape[-2]
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-2], q_len, k_len)
+    pieces = []
+    for start in range(0, q_len, block_size):
+        q_block = q[..., start:start + block_size, :]
+        mask_block = None if mask is None else mask[..., start:start + block_size, :]
+        pieces.append(attention(q_block, k, v, mask_block)[0])
+    return torch.cat(pieces, dim=-2)
+'''},
+          (OS,)),
+    Entry("01-online-averages-block-outputs", "single",
+          "online_softmax_attention runs attention separately on each key block and returns the mean of the "
+          "per-block outputs, instead of combining blocks with a running max and sum: each block's softmax is "
+          "normalised on its own, so blocks get equal weight whatever their share of exp(s)",
+          {OS: '''
+def online_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+                             block_size: int = 16) -> torch.Tensor:
+    """attention(q, k, v, mask)[0] over blocks of block_size keys."""
+    k_len = k.shape[-2]
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], k_len)
+    outs = []
+    for start in range(0, k_len, block_size):
+        stop = start + block_size
+        block_mask = None if mask is None else mask[..., start:stop]
+        out, _ = attention(q, k[..., start:stop, :], v[..., start:stop, :], block_mask)
+        outs.append(out)
+    return torch.stack(outs).mean(dim=0)
+'''},
+          (OS,)),
+    Entry("01-online-own-scores-unscaled", "single",
+          "online_softmax_attention computes each block's scores itself as q @ k_block^T without dividing by "
+          "sqrt(D), instead of calling attention_scores, so it is softmax attention with unscaled scores",
+          {OS: patch(ONLINE_SOFTMAX_ATTENTION, ("s = attention_scores(q.to(work), k[..., start:stop, :].to(work))",
+                                               "s = q.to(work) @ k[..., start:stop, :].to(work).transpose(-2, -1)"))},
+          (OS,)),
+    Entry("01-online-mask-after-exp", "single",
+          "online_softmax_attention applies the mask by multiplying p by it after the exp, so the running max is "
+          "taken over all scores, masked ones included: a query whose visible scores lie far below a masked score "
+          "underflows to z = 0 and comes out 0 instead of its weighted average",
+          {OS: patch(ONLINE_SOFTMAX_ATTENTION, (
+              "        if mask is not None:\n            s = torch.where(mask[..., start:stop], s, neg_inf)\n", ""),
+              ("        p = torch.exp(s - shift)\n",
+               "        p = torch.exp(s - shift)\n"
+               "        if mask is not None:\n            p = p * mask[..., start:stop]\n"))},
+          (OS,)),
 ]

@@ -198,4 +198,27 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
           {MHA_: patch(OWN_SCORES_MHA, ("        if attention_mask is not None:\n            pad = padding_mask(attention_mask)\n"
                                         "            mask = pad if mask is None else mask & pad\n", ""))},
           (MHA_,)),
+    # A later set, written from the notebooks alone.
+    Entry("02-double-merge-flatten-1-and-k-from-q-proj", "double",
+          "two mistakes: merge_heads flattens from dim 1 (flatten(1)) instead of dim 2, returning [B, T·H·D] "
+          "instead of [B, T, H·D], and MultiHeadAttention computes the keys with q_proj instead of k_proj",
+          {MH: patch(MERGE_HEADS, ("return x.reshape(batch, seq, heads * head_dim)", "return x.flatten(1)")),
+           MHA_: patch(MHA, ("k = split_heads(self.k_proj(x), self.num_heads)", "k = split_heads(self.q_proj(x), self.num_heads)"))},
+          (MH, MHA_)),
+    Entry("02-double-split-transpose-last-and-padding-replaces-causal", "double",
+          "two mistakes: split_heads swaps the last two dims (transpose(-2, -1)) instead of dims 1 and 2, "
+          "returning [B, T, D, H] instead of [B, H, T, D], and MultiHeadAttention replaces the causal mask with "
+          "the padding mask when attention_mask is given instead of combining them with &",
+          {SH: patch(SPLIT_HEADS, ("return x.transpose(1, 2)", "return x.transpose(-2, -1)")),
+           MHA_: patch(MHA, ("mask = pad if mask is None else mask & pad", "mask = pad"))},
+          (SH, MHA_)),
+    Entry("02-double-merge-transpose-last-and-q-prescaled", "double",
+          "two mistakes: merge_heads swaps the last two dims (transpose(-2, -1), [B, H, D, T]) before reshaping "
+          "to [B, T, H·D] instead of moving the heads after time, and MultiHeadAttention divides q by sqrt(D) "
+          "before calling attention, which divides the scores by sqrt(D) again",
+          {MH: patch(MERGE_HEADS, ("x = x.transpose(1, 2)", "x = x.transpose(-2, -1)")),
+           MHA_: patch(MHA, ("        q = split_heads(self.q_proj(x), self.num_heads)\n",
+                             "        q = split_heads(self.q_proj(x), self.num_heads)\n"
+                             "        q = q / math.sqrt(q.shape[-1])\n"))},
+          (MH, MHA_)),
 ]

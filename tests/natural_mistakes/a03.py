@@ -470,4 +470,84 @@ def attention_flops(batch: int, q_len: int, k_len: int, hidden_size: int, num_he
            AF: patch(FLOPS, ("kv_macs = 2 * q_len * hidden_size * num_kv_heads * head_dim",
                              "kv_macs = q_len * hidden_size * num_kv_heads * head_dim"))},
           (KB, AF)),
+    # A later set, written from the notebooks alone.
+    Entry("03-bytes-no-layers", "single",
+          "kv_cache_bytes never multiplies by num_layers: it returns the bytes of one layer's cache",
+          {KB: patch(KV_BYTES, ("return batch * seq_len * num_layers * per_token_per_layer * bytes_per_elem",
+                                "return batch * seq_len * per_token_per_layer * bytes_per_elem"))},
+          (KB,)),
+    Entry("03-bytes-counts-bits", "single",
+          "kv_cache_bytes multiplies by 8 as if converting to bits, although bytes_per_elem is already a "
+          "number of bytes, so every count is 8 times too large",
+          {KB: patch(KV_BYTES, ("return batch * seq_len * num_layers * per_token_per_layer * bytes_per_elem",
+                                "return batch * seq_len * num_layers * per_token_per_layer * bytes_per_elem * 8"))},
+          (KB,)),
+    Entry("03-bytes-numpy-int64", "single",
+          "kv_cache_bytes multiplies the factors with numpy.prod, which returns a numpy.int64 instead of a "
+          "Python int (the value is right)",
+          {KB: '''
+def kv_cache_bytes(batch: int, seq_len: int, num_layers: int, num_kv_heads: int, head_dim: int,
+                   bytes_per_elem: int) -> int:
+    """Bytes of a KV cache: one key and one value vector per position, KV head and layer."""
+    import numpy as np
+    return np.prod([2, batch, seq_len, num_layers, num_kv_heads, head_dim, bytes_per_elem])
+'''},
+          (KB,)),
+    Entry("03-flops-batch-only-on-attention", "single",
+          "attention_flops multiplies only Q·Kᵀ and weights·V by the batch size and counts the four projections "
+          "once, as if sharing the weights across the batch also shared their FLOPs",
+          {AF: '''
+def attention_flops(batch: int, q_len: int, k_len: int, hidden_size: int, num_heads: int, num_kv_heads: int,
+                    head_dim: int) -> int:
+    """FLOPs of one attention layer on q_len new tokens attending to k_len positions, 2 per multiply-add."""
+    # the projection weights are shared by every sequence of the batch
+    projections = 2 * q_len * hidden_size * head_dim * (2 * num_heads + 2 * num_kv_heads)
+    attention = 4 * batch * num_heads * q_len * k_len * head_dim
+    return projections + attention
+'''},
+          (AF,)),
+    Entry("03-flops-k-len-plus-q-len", "single",
+          "attention_flops reads k_len as the number of cached positions only and counts the score table as "
+          "q_len × (k_len + q_len), although k_len already includes the new tokens",
+          {AF: patch(FLOPS, ("scores_macs = num_heads * q_len * k_len * head_dim",
+                             "scores_macs = num_heads * q_len * (k_len + q_len) * head_dim"),
+                     ("mix_macs = num_heads * q_len * k_len * head_dim",
+                      "mix_macs = num_heads * q_len * (k_len + q_len) * head_dim"))},
+          (AF,)),
+    Entry("03-flops-no-weights-times-v", "single",
+          "attention_flops counts Q·Kᵀ but forgets the second matrix product, weights·V, so the attention term "
+          "is 2·B·H·q_len·k_len·D instead of 4·B·H·q_len·k_len·D",
+          {AF: patch(FLOPS, ("per_sequence = q_macs + kv_macs + o_macs + scores_macs + mix_macs",
+                             "per_sequence = q_macs + kv_macs + o_macs + scores_macs"))},
+          (AF,)),
+    Entry("03-flops-q-proj-with-gate", "single",
+          "attention_flops counts q_proj as Qwen3.5's gated projection, 2·H·D outputs wide (query and gate), "
+          "instead of the plain H·D of the exercise's table",
+          {AF: patch(FLOPS, ("q_macs = q_len * hidden_size * num_heads * head_dim",
+                             "q_macs = q_len * hidden_size * 2 * num_heads * head_dim  # query and gate"))},
+          (AF,)),
+    Entry("03-flops-head-dim-from-hidden", "single",
+          "attention_flops ignores its head_dim argument and recomputes head_dim = hidden_size // num_heads (the "
+          "02 habit), which is wrong whenever hidden_size != num_heads * head_dim (Qwen3.5: 1024 vs 8 × 256)",
+          {AF: patch(FLOPS, ("    q_macs = q_len * hidden_size * num_heads * head_dim\n",
+                             "    head_dim = hidden_size // num_heads\n"
+                             "    q_macs = q_len * hidden_size * num_heads * head_dim\n"))},
+          (AF,)),
+    Entry("03-double-len-head-dim-and-bytes-no-layers", "double",
+          "two mistakes: KVCache.__len__ returns self.k.shape[-1] (head_dim) instead of self.k.shape[2] (the "
+          "cached positions), and kv_cache_bytes never multiplies by num_layers",
+          {KC: patch(KVCACHE, ("        return self.k.shape[2]", "        return self.k.shape[-1]")),
+           KB: patch(KV_BYTES, ("return batch * seq_len * num_layers * per_token_per_layer * bytes_per_elem",
+                                "return batch * seq_len * per_token_per_layer * bytes_per_elem"))},
+          (KC, G, KB)),
+    Entry("03-double-repeat-batch-dim-and-flops-k-plus-q", "double",
+          "two mistakes: repeat_kv repeats along dim 0 (the batch) instead of dim 1 (the KV heads), and "
+          "attention_flops counts the score table as q_len × (k_len + q_len) although k_len already includes "
+          "the new tokens",
+          {RK: patch(REPEAT_KV, ("torch.repeat_interleave(x, n_rep, dim=1)", "torch.repeat_interleave(x, n_rep, dim=0)")),
+           AF: patch(FLOPS, ("scores_macs = num_heads * q_len * k_len * head_dim",
+                             "scores_macs = num_heads * q_len * (k_len + q_len) * head_dim"),
+                     ("mix_macs = num_heads * q_len * k_len * head_dim",
+                      "mix_macs = num_heads * q_len * (k_len + q_len) * head_dim"))},
+          (RK, G, AF)),
 ]

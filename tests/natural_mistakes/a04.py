@@ -392,4 +392,25 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 ''',
            MB: patch(MLA_BYTES, ("per_position = kv_lora_rank + qk_rope_head_dim", "per_position = 2 * (kv_lora_rank + qk_rope_head_dim)"))},
           (AR, MB) + BOTH),
+    # A later set, written from the notebooks alone.
+    Entry("04-double-exponent-step-one-and-bytes-no-layers", "double",
+          "two mistakes: rope_cos_sin builds the exponents as arange(rotary_dim // 2) / rotary_dim, i.e. i / d "
+          "instead of 2i / d (frequencies theta^(-i/d)), and mla_cache_bytes never multiplies by num_layers",
+          {RC: patch(ROPE_COS_SIN, ("exponent = torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim",
+                                    "exponent = torch.arange(rotary_dim // 2, dtype=torch.float32) / rotary_dim")),
+           MB: patch(MLA_BYTES, ("return batch * seq_len * num_layers * per_position * bytes_per_elem",
+                                 "return batch * seq_len * per_position * bytes_per_elem"))},
+          (RC, ML, FA, MB)),
+    Entry("04-double-cos-sin-swapped-and-cache-returns-new", "double",
+          "two mistakes: apply_rope computes x·sin + rotate_half(x)·cos (cos and sin swapped), and "
+          "LatentKVCache.update stores the concatenation but returns only the new latent and rope key",
+          {AR: patch(APPLY_ROPE, ("return x * cos + rotate_half(x) * sin", "return x * sin + rotate_half(x) * cos")),
+           LC: patch(LATENT_CACHE, ("        return self.latent, self.k_rope\n", "        return latent, k_rope\n"))},
+          (AR, LC, ML, FA)),
+    Entry("04-double-no-q-a-norm-and-absorbed-unscaled", "double",
+          "two mistakes: with q_lora_rank set, MultiHeadLatentAttention skips q_a_layernorm between q_a_proj and "
+          "q_b_proj, and forward_absorbed forgets to multiply the scores by (nope + rope)^-1/2",
+          {ML: patch(MLA, ("return self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))", "return self.q_b_proj(self.q_a_proj(x))")),
+           FA: patch(FORWARD_ABSORBED, ("weights = masked_softmax(scores * self.scale, mask)", "weights = masked_softmax(scores, mask)"))},
+          (ML, FA)),
 ]

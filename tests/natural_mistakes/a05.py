@@ -177,4 +177,19 @@ def split_query_gate(q_out: torch.Tensor, num_heads: int, head_dim: int) -> tupl
           {SQ: patch(SPLIT_QUERY_GATE, ("    return query, gate\n", "    return query.transpose(1, 2), gate.transpose(1, 2)\n")),
            AG: patch(APPLY_OUTPUT_GATE, ("torch.sigmoid(gate)", "(1 - torch.sigmoid(gate))"))},
           (SQ, AG)),
+    # A later set, written from the notebooks alone.
+    Entry("05-double-silu-gate-and-grad-factor-two", "double",
+          "two mistakes: apply_output_gate multiplies by SiLU(gate) = gate·sigmoid(gate) (the SwiGLU gate) "
+          "instead of sigmoid(gate), and gate_gradient differentiates (y - t)^2 / 2 as 2 (y - t), so the "
+          "gradient is twice too large",
+          {AG: patch(APPLY_OUTPUT_GATE, ("torch.sigmoid(gate)", "F.silu(gate)")),
+           GG: patch(GATE_GRADIENT, ("per_token = (y - t) * o * g * (1 - g)", "per_token = 2 * (y - t) * o * g * (1 - g)"))},
+          (AG, GG)),
+    Entry("05-double-headwise-gate-and-slope-of-z", "double",
+          "two mistakes: apply_output_gate uses one gate per head, sigmoid of the mean of the head's gate scores, "
+          "instead of an elementwise sigmoid(gate), and gate_gradient writes the sigmoid's slope as "
+          "g·(1 - z) with the pre-activation z = x @ w instead of g·(1 - g)",
+          {AG: patch(APPLY_OUTPUT_GATE, ("torch.sigmoid(gate)", "torch.sigmoid(gate.mean(dim=-1, keepdim=True))")),
+           GG: patch(GATE_GRADIENT, ("per_token = (y - t) * o * g * (1 - g)", "per_token = (y - t) * o * g * (1 - x @ w)"))},
+          (AG, GG)),
 ]

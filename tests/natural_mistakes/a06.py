@@ -278,4 +278,18 @@ def apply_partial_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) ->
           {N: patch(NORM, ("self.weight = nn.Parameter(torch.zeros(dim))", "self.weight = nn.Parameter(torch.ones(dim))")),
            Q: patch(QWEN, ("key = self.k_norm(key).transpose(1, 2)", "key = key.transpose(1, 2)"))},
           (N, Q)),
+    # A later set, written from the notebooks alone.
+    Entry("06-double-norm-sum-and-rotary-half-head", "double",
+          "two mistakes: ZeroCenteredRMSNorm divides by sqrt(sum(x²) + eps) instead of sqrt(mean(x²) + eps), and "
+          "apply_partial_rope hardcodes rotary_dim = head_dim // 2 (Qwen3.5's factor) instead of reading it "
+          "from cos.shape[-1]",
+          {N: patch(NORM, ("variance = x32.pow(2).mean(dim=-1, keepdim=True)", "variance = x32.pow(2).sum(dim=-1, keepdim=True)")),
+           PR: patch(PARTIAL_ROPE, ("rotary_dim = cos.shape[-1]", "rotary_dim = x.shape[-1] // 2  # partial_rotary_factor"))},
+          (N, PR, Q)),
+    Entry("06-double-norm-var-and-k-norm-for-query", "double",
+          "two mistakes: ZeroCenteredRMSNorm uses x.var(dim=-1) (the unbiased variance about the mean) instead "
+          "of mean(x²), and Qwen35Attention normalises the query with k_norm instead of q_norm",
+          {N: patch(NORM, ("variance = x32.pow(2).mean(dim=-1, keepdim=True)", "variance = x32.var(dim=-1, keepdim=True)")),
+           Q: patch(QWEN, ("query = self.q_norm(query).transpose(1, 2)", "query = self.k_norm(query).transpose(1, 2)"))},
+          (N, Q)),
 ]

@@ -567,4 +567,137 @@ def sample_generate(model, input_ids: torch.Tensor, max_new_tokens: int, generat
           "sample_generate recomputes the whole sequence without a KV cache at every step",
           {SP: TOPP_NO_UNSORT, SG: SG_NO_CACHE},
           (SP, SG)),
+    # A later set, written from the notebooks alone.
+    Entry("07-sp-topp-before-topk", "cascade",
+          "sampling_probs applies top-p before top-k instead of after it, so top-p accumulates the unfiltered "
+          "distribution and the nucleus is chosen before the top-k tokens are renormalised",
+          {SP: '''
+def sampling_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                   top_p: float | None = None) -> torch.Tensor:
+    """logits [B, V] -> probs [B, V]: temperature, then top-p, then top-k, renormalising after each."""
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    vocab = probs.shape[-1]
+    if top_p is not None:
+        ranked, order = probs.sort(dim=-1, descending=True)
+        before = ranked.cumsum(dim=-1) - ranked
+        keep = torch.zeros_like(before, dtype=torch.bool).scatter(-1, order, before < top_p)
+        probs = probs.masked_fill(~keep, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    if top_k is not None and top_k < vocab:
+        top = probs.topk(top_k, dim=-1).indices
+        keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, top, True)
+        probs = probs.masked_fill(~keep, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs.to(logits.dtype)
+'''},
+          (SP, SG)),
+    Entry("07-sp-topk-threshold-over-batch", "cascade",
+          "sampling_probs takes the top-k threshold as topk(...).values.min(), the smallest of all rows' k "
+          "largest probabilities, one threshold for the whole batch, instead of each row's own k-th largest: "
+          "rows of a batch keep more than k tokens (a single row is right)",
+          {SP: patch(SAMPLING_PROBS, (TOP_K_BLOCK,
+                                      "        kth = probs.topk(top_k, dim=-1).values.min()\n"
+                                      "        probs = probs.masked_fill(probs < kth, 0.0)\n"))},
+          (SP, SG)),
+    Entry("07-sp-topk-keeps-k-plus-1", "cascade",
+          "sampling_probs takes the top-k threshold as the sorted probabilities at index top_k (the (k+1)-th "
+          "largest, an off-by-one for index top_k - 1) and removes only what is below it, so top-k keeps k + 1 "
+          "tokens",
+          {SP: patch(SAMPLING_PROBS, (TOP_K_BLOCK,
+                                      "        kth = probs.sort(dim=-1, descending=True).values[..., top_k:top_k + 1]\n"
+                                      "        probs = probs.masked_fill(probs < kth, 0.0)\n"))},
+          (SP, SG)),
+    Entry("07-sp-topp-sorted-ascending", "cascade",
+          "sampling_probs sorts the probabilities for top-p in ascending order (sort without descending=True), "
+          "so it accumulates from the least likely token and keeps the unlikely tail instead of the nucleus",
+          {SP: patch(SAMPLING_PROBS, ("ranked, order = probs.sort(dim=-1, descending=True)",
+                                      "ranked, order = probs.sort(dim=-1)"))},
+          (SP, SG)),
+    Entry("07-sp-topp-gather-instead-of-scatter", "cascade",
+          "sampling_probs maps the sorted top-p decisions back with keep_ranked.gather(-1, order) instead of "
+          "scattering them to the positions in order, i.e. it applies the sorting permutation a second time "
+          "instead of inverting it, so the kept set lands on the wrong tokens",
+          {SP: patch(SAMPLING_PROBS, ("keep = torch.zeros_like(keep_ranked).scatter(-1, order, keep_ranked)",
+                                      "keep = keep_ranked.gather(-1, order)"))},
+          (SP, SG)),
+    Entry("07-sp-renormalise-over-batch", "single",
+          "sampling_probs renormalises after top-k and top-p with probs / probs.sum() over the whole batch "
+          "instead of each row (sum(dim=-1, keepdim=True)), so with several rows no row sums to 1 (a single row "
+          "is right, and torch.multinomial rescales each row itself, so the sampled tokens are unaffected)",
+          {SP: SAMPLING_PROBS.replace("probs / probs.sum(dim=-1, keepdim=True)", "probs / probs.sum()")},
+          (SP,)),
+    Entry("07-sp-topp-fills-minus-inf-on-probs", "cascade",
+          "sampling_probs removes the tokens outside the nucleus by filling the probabilities (not the logits) "
+          "with -inf, so whenever a token is removed the renormalising sum is -inf: the kept tokens come out -0 "
+          "and the removed ones NaN instead of a distribution with exact zeros",
+          {SP: patch(SAMPLING_PROBS, ("        keep = torch.zeros_like(keep_ranked).scatter(-1, order, keep_ranked)\n"
+                                      "        probs = probs.masked_fill(~keep, 0.0)\n",
+                                      "        keep = torch.zeros_like(keep_ranked).scatter(-1, order, keep_ranked)\n"
+                                      "        probs = probs.masked_fill(~keep, float(\"-inf\"))\n"))},
+          (SP, SG)),
+    Entry("07-sg-keeps-position-dim", "raises",
+          "sample_generate slices the logits as logits[:, -1:] (keeping the position dim), so sampling_probs "
+          "returns [B, 1, V] and torch.multinomial, which takes only 1-D or 2-D input, raises",
+          {SG: patch(SAMPLE, ("probs = sampling_probs(logits[:, -1], **sampling)",
+                              "probs = sampling_probs(logits[:, -1:], **sampling)"))},
+          (SG,)),
+    Entry("07-sg-feeds-1d-token", "raises",
+          "sample_generate feeds the drawn token squeezed to shape [B] instead of [B, 1], so the next model call "
+          "gets 1-D input_ids and fails",
+          {SG: patch(SAMPLE, ("            feed = token\n", "            feed = token.squeeze(-1)\n"))},
+          (SG,)),
+    Entry("07-sg-mask-extended-with-zeros", "single",
+          "sample_generate extends attention_mask with a column of zeros (new_zeros) instead of ones for every "
+          "new token, so the generated tokens are treated as padding and masked out of attention",
+          {SG: patch(SAMPLE, ("mask.new_ones(batch, 1)", "mask.new_zeros(batch, 1)"))},
+          (SG,)),
+    Entry("07-sg-mask-extended-on-left", "single",
+          "sample_generate prepends the new column of ones to attention_mask (cat([ones, mask])) instead of "
+          "appending it, so the mask is shifted by one position per step and left padding lands on real tokens",
+          {SG: patch(SAMPLE, ("torch.cat([mask, mask.new_ones(batch, 1)], dim=-1)",
+                              "torch.cat([mask.new_ones(batch, 1), mask], dim=-1)"))},
+          (SG,)),
+    Entry("07-sg-fresh-generator-each-step", "single",
+          "sample_generate draws every step from a fresh torch.Generator seeded with generator.initial_seed(), "
+          "so each step reuses the same first random numbers and the caller's generator is never advanced",
+          {SG: patch(SAMPLE, ("token = torch.multinomial(probs, 1, generator=generator)",
+                              "token = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(generator.initial_seed()))"))},
+          (SG,)),
+    Entry("07-sg-draws-all-at-once", "single",
+          "sample_generate runs the model once on the prompt and draws all max_new_tokens tokens at once from "
+          "that single next-token distribution (multinomial with max_new_tokens samples) instead of feeding each "
+          "drawn token back and sampling step by step",
+          {SG: '''
+def sample_generate(model, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator,
+                    attention_mask: torch.Tensor | None = None, **sampling) -> torch.Tensor:
+    """Sampled continuation of input_ids; returns [B, max_new_tokens]."""
+    caches = [KVCache() for _ in model.layers]
+    with torch.no_grad():
+        logits = model(input_ids, attention_mask=attention_mask, caches=caches)
+    probs = sampling_probs(logits[:, -1], **sampling)
+    return torch.multinomial(probs, max_new_tokens, replacement=True, generator=generator)
+'''},
+          (SG,)),
+    Entry("07-sg-one-shared-cache", "single",
+          "sample_generate builds its caches as [KVCache()] * len(model.layers), one cache object shared by "
+          "every layer, so each layer appends its keys and values to the same cache as the others",
+          {SG: patch(SAMPLE, ("caches = [KVCache() for _ in range(len(model.layers))]",
+                              "caches = [KVCache()] * len(model.layers)"))},
+          (SG,)),
+    Entry("07-sg-feeds-growing-sequence-with-cache", "single",
+          "sample_generate feeds the whole sequence so far (prompt plus drawn tokens) at every step while also "
+          "using the KV cache, so positions already in the cache are appended to it again",
+          {SG: patch(SAMPLE, ("            feed = token\n", "            feed = torch.cat([feed, token], dim=1)\n"))},
+          (SG,)),
+    Entry("07-sg-returns-prompt-too", "single",
+          "sample_generate returns the prompt followed by the new tokens, [B, T + max_new_tokens], instead of "
+          "only the new tokens",
+          {SG: patch(SAMPLE, ("    return out\n", "    return torch.cat([input_ids, out], dim=1)\n"))},
+          (SG,)),
+    Entry("07-sg-temperature-twice", "single",
+          "sample_generate divides the logits by the temperature itself and then also passes temperature on to "
+          "sampling_probs, so the temperature is applied twice (logits / T²)",
+          {SG: patch(SAMPLE, ("probs = sampling_probs(logits[:, -1], **sampling)",
+                              "probs = sampling_probs(logits[:, -1] / sampling.get(\"temperature\", 1.0), **sampling)"))},
+          (SG,)),
 ]

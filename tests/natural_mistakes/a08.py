@@ -635,4 +635,283 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor,
           {NM: NM_SIGMOID,
            L: patch(LAYER, ("q = l2_normalize(q.float()) * self.head_k_dim ** -0.5", "q = l2_normalize(q.float())"))},
           (L,)),
+    # A later set, written from the notebooks alone.
+    # ---- linear_attention ----
+    Entry("08-la-katharopoulos-normaliser", "single",
+          "linear_attention divides each output by q_t · sum_{j<=t} k_j (the row sum of the masked scores), the "
+          "normaliser of Katharopoulos et al.'s linear attention, which this exercise's o_t = sum_{j<=t} "
+          "(q_t · k_j) v_j does not have",
+          {LA: patch(LINEAR, ("    return scores @ v\n", "    return (scores @ v) / scores.sum(dim=-1, keepdim=True)\n"))},
+          (LA,)),
+    Entry("08-la-elu-feature-map", "single",
+          "linear_attention first maps q and k through Katharopoulos et al.'s feature map elu(x) + 1, so it uses "
+          "the dot products of the mapped vectors instead of the plain q_t · k_j",
+          {LA: patch(LINEAR, ("    seq = q.shape[-2]\n",
+                              "    q, k = F.elu(q) + 1, F.elu(k) + 1  # positive feature map\n    seq = q.shape[-2]\n"))},
+          (LA,)),
+    Entry("08-la-scores-k-times-q", "single",
+          "linear_attention builds the score matrix as k @ q^T instead of q @ k^T, so entry (t, j) is k_t · q_j "
+          "and o_t = sum_{j<=t} (k_t · q_j) v_j",
+          {LA: patch(LINEAR, ("scores = q @ k.transpose(-2, -1)", "scores = k @ q.transpose(-2, -1)"))},
+          (LA,)),
+    # ---- linear_attention_recurrent ----
+    Entry("08-lar-reads-state-transposed", "raises",
+          "linear_attention_recurrent keeps S as [Dk, Dv] but reads it with the DeltaNet paper's column "
+          "convention o_t = S q_t ((S * q_t).sum(-1)), i.e. q_t S^T: it raises a shape error when Dk != Dv and "
+          "reads the transposed state when they are equal",
+          {LR: patch(RECURRENT, ("outs.append((q32[..., t, :, None] * S).sum(-2))",
+                                 "outs.append((S * q32[..., t, None, :]).sum(-1))"))},
+          (LR,)),
+    Entry("08-lar-state-added-at-end", "single",
+          "linear_attention_recurrent starts its loop from zeros and adds the given state only to the final "
+          "state after the loop, so the outputs miss the q_t S_0 contribution of the state passed in (the "
+          "returned state is right)",
+          {LR: patch(RECURRENT, ("    if state is None:\n        S = torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1], dtype=work, device=q.device)\n"
+                                 "    else:\n        S = state.to(work)\n",
+                                 "    S = torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1], dtype=work, device=q.device)\n"),
+                     ("    o = torch.stack(outs, dim=-2)\n",
+                      "    if state is not None:\n        S = S + state.to(work)\n    o = torch.stack(outs, dim=-2)\n"))},
+          (LR,)),
+    Entry("08-lar-stack-last-dim", "single",
+          "linear_attention_recurrent stacks the per-step outputs along dim=-1 instead of dim=-2, returning o as "
+          "[B, H, Dv, T] instead of [B, H, T, Dv]",
+          {LR: patch(RECURRENT, ("o = torch.stack(outs, dim=-2)", "o = torch.stack(outs, dim=-1)"))},
+          (LR,)),
+    Entry("08-lar-loops-over-dk", "raises",
+          "linear_attention_recurrent loops over range(q.shape[-1]) (Dk) instead of range(q.shape[-2]) (T), so "
+          "it returns Dk outputs, and indexing past the last position raises when Dk > T",
+          {LR: patch(RECURRENT, ("for t in range(q.shape[-2]):", "for t in range(q.shape[-1]):"))},
+          (LR,)),
+    # ---- delta_rule ----
+    Entry("08-delta-write-transposed", "raises",
+          "delta_rule writes the outer product the other way round, delta_t^T k_t ([Dv, Dk]) instead of "
+          "k_t^T delta_t ([Dk, Dv]): a shape error when Dk != Dv, and a transposed update when they are equal",
+          {DR: patch(DELTA, ("S = S + k_t[..., :, None] * delta[..., None, :]", "S = S + delta[..., :, None] * k_t[..., None, :]"))},
+          (DR,)),
+    Entry("08-delta-update-sign", "single",
+          "delta_rule subtracts the correction, S <- S - k_t^T delta_t, instead of adding it (the sign of the "
+          "gradient step flipped), so it moves k_t S away from v_t",
+          {DR: patch(DELTA, ("S = S + k_t[..., :, None] * delta[..., None, :]", "S = S - k_t[..., :, None] * delta[..., None, :]"))},
+          (DR,)),
+    Entry("08-delta-ignores-beta", "single",
+          "delta_rule never uses beta: it writes delta = v_t - k_t S instead of beta_t (v_t - k_t S), as if "
+          "beta were always 1",
+          {DR: patch(DELTA, ("delta = b32[..., t, None] * (v32[..., t, :] - m)", "delta = v32[..., t, :] - m"))},
+          (DR,)),
+    Entry("08-delta-beta-not-unsqueezed", "raises",
+          "delta_rule multiplies by beta[..., t] ([B, H]) without the trailing None, so it broadcasts against "
+          "[B, H, Dv] aligned on the wrong dims: a shape error when H != Dv (and wrong heads' betas when the "
+          "shapes happen to match)",
+          {DR: patch(DELTA, ("delta = b32[..., t, None] * (v32[..., t, :] - m)", "delta = b32[..., t] * (v32[..., t, :] - m)"))},
+          (DR,)),
+    # ---- gated_delta_rule ----
+    Entry("08-gated-decays-twice", "single",
+          "gated_delta_rule reads 'decay before the read and the write' as two decays: it multiplies the state "
+          "by exp(g_t) before reading k_t S and again before writing, so the state decays by exp(2 g_t) per step "
+          "while the correction beta_t (v_t - k_t S) is computed from the once-decayed state",
+          {GD: patch(GATED, ("        S = S + k_t[..., :, None] * delta[..., None, :]\n",
+                             "        S = S * g32[..., t, None, None].exp()\n"
+                             "        S = S + k_t[..., :, None] * delta[..., None, :]\n"))},
+          (GD,)),
+    Entry("08-gated-cumulative-decay", "single",
+          "gated_delta_rule multiplies the state at step t by exp(g_1 + ... + g_t) (the chunked form's cumulative "
+          "gamma_t) instead of exp(g_t), so the decay is applied again and again on top of the earlier steps'",
+          {GD: patch(GATED, ("S = S * g32[..., t, None, None].exp()", "S = S * gamma32[..., t, None, None].exp()"),
+                     ("    outs = []\n", "    gamma32 = g32.cumsum(-1)\n    outs = []\n"))},
+          (GD,)),
+    Entry("08-gated-math-exp", "raises",
+          "gated_delta_rule computes the decay with math.exp(g[..., t]) instead of a tensor exp, which only works "
+          "for a one-element tensor: with B·H > 1 it raises",
+          {GD: patch(GATED, ("S = S * g32[..., t, None, None].exp()", "S = S * math.exp(g32[..., t])"))},
+          (GD,)),
+    Entry("08-gated-decay-not-kept", "single",
+          "gated_delta_rule computes the decayed state exp(g_t) S into a new variable used only for the read "
+          "k_t S, and keeps writing onto (and reading o_t from) the undecayed S, so the state itself never decays",
+          {GD: patch(GATED, ("        S = S * g32[..., t, None, None].exp()\n"
+                             "        k_t = k32[..., t, :]\n"
+                             "        m = (k_t[..., :, None] * S).sum(-2)\n",
+                             "        decayed = S * g32[..., t, None, None].exp()\n"
+                             "        k_t = k32[..., t, :]\n"
+                             "        m = (k_t[..., :, None] * decayed).sum(-2)\n"))},
+          (GD,)),
+    # ---- chunked_gated_delta_rule ----
+    Entry("08-chunk-a-without-beta", "cascade",
+          "chunked_gated_delta_rule builds A = (K K^T ⊙ decay), strictly lower, without the factor beta_t on "
+          "each row, so the triangular system is (I + A) Delta = rhs with A_tj = e^(gamma_t - gamma_j) k_t·k_j "
+          "instead of beta_t e^(gamma_t - gamma_j) k_t·k_j",
+          {CH: patch(CHUNKED, ("A = (b_c[..., :, None] * (k_c @ k_c.transpose(-2, -1)) * decay).tril(-1)",
+                               "A = ((k_c @ k_c.transpose(-2, -1)) * decay).tril(-1)"))},
+          (CH, L)),
+    Entry("08-chunk-beta-on-columns", "cascade",
+          "chunked_gated_delta_rule multiplies A by beta along the columns (b[..., None, :], beta_j) instead of "
+          "the rows (b[..., :, None], beta_t), so A_tj = beta_j e^(gamma_t - gamma_j) k_t·k_j",
+          {CH: patch(CHUNKED, ("A = (b_c[..., :, None] * (k_c", "A = (b_c[..., None, :] * (k_c"))},
+          (CH, L)),
+    Entry("08-chunk-i-minus-a", "cascade",
+          "chunked_gated_delta_rule solves (I - A) Delta = rhs instead of (I + A) Delta = rhs (the sign of the "
+          "WY/UT system flipped), so the corrections add the earlier positions' writes instead of subtracting them",
+          {CH: patch(CHUNKED, ("solve_triangular(eye + A,", "solve_triangular(eye - A,"))},
+          (CH, L)),
+    Entry("08-chunk-solve-upper", "cascade",
+          "chunked_gated_delta_rule calls torch.linalg.solve_triangular with upper=True on the lower-triangular "
+          "I + A, so only its upper triangle (the unit diagonal) is read and Delta = rhs: the intra-chunk "
+          "corrections are ignored",
+          {CH: patch(CHUNKED, ("upper=False, unitriangular=True", "upper=True, unitriangular=True"))},
+          (CH, L)),
+    Entry("08-chunk-decay-transposed", "cascade",
+          "chunked_gated_delta_rule builds the decay matrix as exp(gamma_j - gamma_t) (gamma[..., None, :] - "
+          "gamma[..., :, None]) instead of exp(gamma_t - gamma_j), so below the diagonal it grows instead of "
+          "decaying (and overflows to inf for strongly negative g)",
+          {CH: patch(CHUNKED, ("(gamma[..., :, None] - gamma[..., None, :])", "(gamma[..., None, :] - gamma[..., :, None])"))},
+          (CH, L)),
+    Entry("08-chunk-state-key-decay-from-start", "cascade",
+          "chunked_gated_delta_rule weights the keys in the state update by exp(gamma_t) (decay from the chunk "
+          "start) instead of exp(gamma_c - gamma_t) (decay from position t to the chunk end)",
+          {CH: patch(CHUNKED, ("((last[..., None] - gamma).exp()[..., None] * k_c)", "(gamma.exp()[..., None] * k_c)"))},
+          (CH, L)),
+    Entry("08-chunk-state-s0-not-decayed", "cascade",
+          "chunked_gated_delta_rule's new state is S_0 + (e^(gamma_c - gamma) K)^T Delta, without the factor "
+          "e^(gamma_c) on the chunk-start state S_0, so the carried state never decays across chunks",
+          {CH: patch(CHUNKED, ("S = last.exp()[..., None, None] * S + ", "S = S + "))},
+          (CH, L)),
+    Entry("08-chunk-output-s0-no-decay", "cascade",
+          "chunked_gated_delta_rule reads the chunk-start state as Q S_0 without the row decay diag(e^gamma), "
+          "so positions inside a chunk read S_0 undecayed",
+          {CH: patch(CHUNKED, ("o_c = gamma.exp()[..., None] * (q_c @ S) +", "o_c = q_c @ S +"))},
+          (CH, L)),
+    Entry("08-chunk-size-not-actual-length", "raises",
+          "chunked_gated_delta_rule sizes the chunk's masks and identity with c = chunk_size instead of the "
+          "chunk's actual length, so the last, shorter chunk (and any T < chunk_size) raises a shape error",
+          {CH: patch(CHUNKED, ("c = q_c.shape[-2]", "c = chunk_size"))},
+          (CH, L)),
+    Entry("08-chunk-ignores-initial-state", "cascade",
+          "chunked_gated_delta_rule always starts from a zero state and never uses the state argument, so "
+          "continuing from a returned state (and the layer's cached decoding) restarts the memory",
+          {CH: patch(CHUNKED, ("    if state is None:\n        S = torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1], dtype=work, device=q.device)\n"
+                               "    else:\n        S = state.to(work)\n",
+                               "    S = torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1], dtype=work, device=q.device)\n"))},
+          (CH, L)),
+    Entry("08-chunk-exclusive-cumsum", "cascade",
+          "chunked_gated_delta_rule takes gamma as the exclusive cumulative sum (g.cumsum(-1) - g, the decay "
+          "before step t) instead of the inclusive one, so every position misses its own decay exp(g_t)",
+          {CH: patch(CHUNKED, ("gamma = g_c.cumsum(-1)", "gamma = g_c.cumsum(-1) - g_c"))},
+          (CH, L)),
+    Entry("08-chunk-rhs-no-beta", "cascade",
+          "chunked_gated_delta_rule's right-hand side is V - diag(e^gamma) K S_0 without the factor diag(beta), "
+          "so every correction is written as if beta_t were 1",
+          {CH: patch(CHUNKED, ("rhs = b_c[..., None] * (v_c - gamma.exp()[..., None] * (k_c @ S))",
+                               "rhs = v_c - gamma.exp()[..., None] * (k_c @ S)"))},
+          (CH, L)),
+    Entry("08-chunk-output-float32", "single",
+          "chunked_gated_delta_rule never casts the output o back to q's dtype, so bfloat16 input gives a "
+          "float32 o (the layer passes float32 and is unaffected)",
+          {CH: patch(CHUNKED, ("return torch.cat(outs, dim=-2).to(out_dtype), S.to(out_dtype)",
+                               "return torch.cat(outs, dim=-2), S.to(out_dtype)"))},
+          (CH,)),
+    # ---- causal_conv1d ----
+    Entry("08-conv-ignores-given-state", "cascade",
+          "causal_conv1d always left-pads x with K-1 zeros for the convolution and uses conv_state only to build "
+          "the returned state, so a call that continues from a state ignores the previous inputs",
+          {CV: patch(CONV, ("    full = torch.cat([conv_state.to(x.dtype), x], dim=-1)\n"
+                            "    y = F.conv1d(full, weight.to(x.dtype), groups=channels)\n",
+                            "    y = F.conv1d(F.pad(x, (kernel - 1, 0)), weight.to(x.dtype), groups=channels)\n"
+                            "    full = torch.cat([conv_state.to(x.dtype), x], dim=-1)\n"))},
+          (CV, L)),
+    Entry("08-conv-no-groups", "raises",
+          "causal_conv1d calls F.conv1d without groups=C, so the [C, 1, K] weight is read as a full convolution "
+          "with one input channel and raises for C > 1",
+          {CV: patch(CONV, ("F.conv1d(full, weight.to(x.dtype), groups=channels)", "F.conv1d(full, weight.to(x.dtype))"))},
+          (CV, L)),
+    Entry("08-conv-state-first-columns", "cascade",
+          "causal_conv1d returns the first K-1 columns of cat(conv_state, x) as the new state instead of the "
+          "last K-1, so the state does not hold the most recent inputs",
+          {CV: patch(CONV, ("return y, full[..., full.shape[-1] - (kernel - 1):]", "return y, full[..., :kernel - 1]"))},
+          (CV, L)),
+    Entry("08-conv-state-appended-after-x", "cascade",
+          "causal_conv1d concatenates the conv state after x (cat(x, state)) instead of before it, so y_t "
+          "uses x_t ... x_{t+K-1} (the future) and the old state's values land at the end",
+          {CV: patch(CONV, ("full = torch.cat([conv_state.to(x.dtype), x], dim=-1)",
+                            "full = torch.cat([x, conv_state.to(x.dtype)], dim=-1)"))},
+          (CV, L)),
+    Entry("08-conv-weight-not-cast", "raises",
+          "causal_conv1d passes the weight to F.conv1d without casting it to x's dtype, so bfloat16 x with a "
+          "float32 weight raises a dtype mismatch (a bfloat16 layer, whose weight is bfloat16 too, is unaffected)",
+          {CV: patch(CONV, ("F.conv1d(full, weight.to(x.dtype), groups=channels)", "F.conv1d(full, weight, groups=channels)"))},
+          (CV,)),
+    # ---- Qwen35GatedDeltaNet (and its GatedRMSNorm) ----
+    Entry("08-layer-qkv-chunk-thirds", "raises",
+          "Qwen35GatedDeltaNet splits in_proj_qkv's output with chunk(3) into three equal parts instead of "
+          "split([Hk·Dk, Hk·Dk, Hv·Dv]), which is wrong (and fails to split into heads) whenever Hv·Dv != Hk·Dk",
+          {L: patch(LAYER, ("q, k, v = qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)",
+                            "q, k, v = qkv.chunk(3, dim=-1)"))},
+          (L,)),
+    Entry("08-layer-scale-before-l2", "single",
+          "Qwen35GatedDeltaNet multiplies q by Dk^-1/2 before the L2 normalisation instead of after it, so the "
+          "normalisation undoes the scaling and q stays unit length",
+          {L: patch(LAYER, ("q = l2_normalize(q.float()) * self.head_k_dim ** -0.5",
+                            "q = l2_normalize(q.float() * self.head_k_dim ** -0.5)"))},
+          (L,)),
+    Entry("08-layer-k-scaled-too", "single",
+          "Qwen35GatedDeltaNet multiplies k as well as q by Dk^-1/2, so the keys written into the delta rule are "
+          "no longer unit length",
+          {L: patch(LAYER, ("        k = l2_normalize(k.float())\n",
+                            "        k = l2_normalize(k.float()) * self.head_k_dim ** -0.5\n"))},
+          (L,)),
+    Entry("08-layer-v-normalised-too", "single",
+          "Qwen35GatedDeltaNet L2-normalises v as well as q and k, so every value written into the state has "
+          "unit length",
+          {L: patch(LAYER, ("        k = l2_normalize(k.float())\n",
+                            "        k = l2_normalize(k.float())\n        v = l2_normalize(v.float()).to(qkv.dtype)\n"))},
+          (L,)),
+    Entry("08-layer-conv-without-transpose", "raises",
+          "Qwen35GatedDeltaNet's convolve passes in_proj_qkv's output [B, T, conv_dim] to causal_conv1d without "
+          "transposing it to [B, conv_dim, T], so time is taken for channels and the depthwise weight does not "
+          "match",
+          {L: patch(LAYER, ("y, conv_state = causal_conv1d(mixed.transpose(1, 2), self.conv1d.weight, old_state)\n"
+                            "        return F.silu(y).transpose(1, 2), conv_state",
+                            "y, conv_state = causal_conv1d(mixed, self.conv1d.weight, old_state)\n"
+                            "        return F.silu(y), conv_state"))},
+          (L,)),
+    Entry("08-layer-gates-not-transposed", "raises",
+          "Qwen35GatedDeltaNet's gates return beta and g as [B, T, Hv] (in_proj_b / in_proj_a's layout) without "
+          "transposing them to [B, Hv, T], so the delta rule pairs them with the wrong positions and heads and "
+          "raises when T != Hv",
+          {L: patch(LAYER, ("beta = torch.sigmoid(self.in_proj_b(x)).transpose(1, 2)", "beta = torch.sigmoid(self.in_proj_b(x))"),
+                    ("return beta, g.transpose(1, 2)", "return beta, g"))},
+          (L,)),
+    Entry("08-layer-core-beta-g-swapped", "single",
+          "Qwen35GatedDeltaNet's core calls chunked_gated_delta_rule(q, k, v, beta, g, ...), passing beta where "
+          "the signature expects g and g where it expects beta",
+          {L: patch(LAYER, ("chunked_gated_delta_rule(q.float(), k.float(), v.float(), g.float(), beta.float(), state=initial)",
+                            "chunked_gated_delta_rule(q.float(), k.float(), v.float(), beta.float(), g.float(), state=initial)"))},
+          (L,)),
+    Entry("08-norm-gate-before-norm", "single",
+          "GatedRMSNorm multiplies o by SiLU(z) before normalising, RMSNorm(o · SiLU(z)) · w (the "
+          "norm_before_gate=False order of Mamba-2 / FLA), instead of RMSNorm(o) · w · SiLU(z)",
+          {NM: patch(NORM, ("        o32 = o.float()\n"
+                            "        normed = o32 * torch.rsqrt(o32.pow(2).mean(dim=-1, keepdim=True) + self.eps)\n"
+                            "        normed = normed * self.weight.float() * F.silu(z.float())\n",
+                            "        gated = o.float() * F.silu(z.float())\n"
+                            "        normed = gated * torch.rsqrt(gated.pow(2).mean(dim=-1, keepdim=True) + self.eps)\n"
+                            "        normed = normed * self.weight.float()\n"))},
+          (L,)),
+    Entry("08-norm-init-zeros", "single",
+          "GatedRMSNorm initialises its weight to zeros (06's zero-centred habit) while still multiplying by "
+          "weight, so a freshly built layer outputs all zeros",
+          {NM: patch(NORM, ("self.weight = nn.Parameter(torch.ones(dim))", "self.weight = nn.Parameter(torch.zeros(dim))"))},
+          (L,)),
+    # ---- two mistakes ----
+    Entry("08-double-delta-sign-and-conv-state-first-columns", "double",
+          "two mistakes: delta_rule subtracts the correction (S <- S - k_t^T delta_t) instead of adding it, and "
+          "causal_conv1d returns the first K-1 columns of cat(state, x) as the new state instead of the last K-1",
+          {DR: patch(DELTA, ("S = S + k_t[..., :, None] * delta[..., None, :]", "S = S - k_t[..., :, None] * delta[..., None, :]")),
+           CV: patch(CONV, ("return y, full[..., full.shape[-1] - (kernel - 1):]", "return y, full[..., :kernel - 1]"))},
+          (DR, CV, L)),
+    Entry("08-double-i-minus-a-and-k-scaled", "double",
+          "two mistakes: chunked_gated_delta_rule solves (I - A) Delta = rhs instead of (I + A) Delta = rhs, and "
+          "Qwen35GatedDeltaNet multiplies k as well as q by Dk^-1/2",
+          {CH: patch(CHUNKED, ("solve_triangular(eye + A,", "solve_triangular(eye - A,")),
+           L: patch(LAYER, ("        k = l2_normalize(k.float())\n",
+                            "        k = l2_normalize(k.float()) * self.head_k_dim ** -0.5\n"))},
+          (CH, L)),
 ]

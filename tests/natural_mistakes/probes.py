@@ -130,22 +130,24 @@ def _p01():
     from torch.overrides import TorchFunctionMode
 
     class WidestScores(TorchFunctionMode):
-        """Records the widest floating-point result with `rows` rows in its second-to-last dim."""
-        def __init__(self, rows):
+        """Records the widest floating-point result with at most `rows` rows in its second-to-last dim (the
+        scores of all the queries, or of a block of them), but for `head_dim` rows (kᵀ)."""
+        def __init__(self, rows, head_dim):
             super().__init__()
-            self.rows, self.widest = rows, 0
+            self.rows, self.head_dim, self.widest = rows, head_dim, 0
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             result = func(*args, **(kwargs or {}))
             for t in result if isinstance(result, (tuple, list)) else (result,):
-                if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 2 and t.shape[-2] == self.rows:
+                if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 2 \
+                        and self.head_dim != t.shape[-2] <= self.rows:
                     self.widest = max(self.widest, t.shape[-1])
             return result
 
     def blocks(ns):
         f = ns["online_softmax_attention"]
         q, k, v = randn(2, 6, 4, seed=12), randn(2, 23, 4, seed=13), randn(2, 23, 3, seed=14)
-        with WidestScores(6) as watch:
+        with WidestScores(6, head_dim=4) as watch:
             got = f(q, k, v, tril(6, 23), block_size=5)
         return [got, watch.widest > 5]
 
@@ -662,6 +664,7 @@ def _p07():
         mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
         return [f(model, batch, 5, torch.Generator().manual_seed(7), attention_mask=mask, temperature=1.3, top_p=0.9),
                 f(model, batch, 5, torch.Generator().manual_seed(8), attention_mask=mask, top_k=1),
+                f(model, batch, 6, torch.Generator().manual_seed(9), attention_mask=mask, top_k=3, temperature=1.5),
                 f(model, torch.tensor([[7]]), 3, torch.Generator().manual_seed(5), top_k=5)]
 
     PROBES["07_real_model"] = {"LlamaAttention": [llama], "greedy_generate": [greedy_tiny, greedy_real],
