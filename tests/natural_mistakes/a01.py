@@ -703,4 +703,49 @@ def online_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
                "        p = torch.exp(s - shift)\n"
                "        if mask is not None:\n            p = p * mask[..., start:stop]\n"))},
           (OS,)),
+    # A held-out set, written from the notebooks alone.
+    Entry("01-ho-window-or-instead-of-and", "single",
+          "causal_mask combines the window condition with the causal one using | instead of &, so with a window "
+          "a key is visible if either j <= p or j > p - w holds, which every key satisfies: every windowed mask "
+          "is all True (future keys included) instead of p - w < j <= p",
+          {C: '''
+def causal_mask(q_len: int, k_len: int | None = None, window: int | None = None) -> torch.Tensor:
+    """Bool [q_len, k_len]; True = may attend; with window=w only p - w < j <= p."""
+    if k_len is None:
+        k_len = q_len
+    pos = torch.arange(k_len - q_len, k_len)[:, None]
+    keys = torch.arange(k_len)[None, :]
+    mask = keys <= pos
+    if window is not None:
+        mask = mask | (keys > pos - window)
+    return mask
+'''},
+          (C,)),
+    Entry("01-ho-window-keys-over-q-len", "raises",
+          "causal_mask builds the key positions of the window condition with torch.arange(q_len) instead of "
+          "torch.arange(k_len), so with a cache (k_len > q_len) the [q_len, q_len] condition does not match the "
+          "[q_len, k_len] mask: masked_fill raises a shape error (and for q_len = 1 the single column broadcasts "
+          "and wipes the whole row); square masks are right",
+          {C: patch(CAUSAL_MASK, ("keys = torch.arange(k_len)[None, :]", "keys = torch.arange(q_len)[None, :]"))},
+          (C,)),
+    Entry("01-ho-online-max-never-stored", "single",
+          "online_softmax_attention computes m_new but never assigns m = m_new, so m stays -inf: every block's "
+          "rescale factor exp(m - m_new) is 0, z and a are reset at each block, and the output is the attention "
+          "over the last key block alone (0 for a query that sees nothing in the last block)",
+          {OS: patch(ONLINE_SOFTMAX_ATTENTION, ("        m = m_new\n", ""))},
+          (OS,)),
+    Entry("01-ho-online-masked-scores-zero", "single",
+          "online_softmax_attention fills the masked scores with 0 instead of -inf (masked_fill(~mask, 0.0)), so "
+          "masked keys still get weight exp(0 - m) and contribute their values; a fully masked row comes out as "
+          "the mean of v instead of 0",
+          {OS: patch(ONLINE_SOFTMAX_ATTENTION, ("s = torch.where(mask[..., start:stop], s, neg_inf)",
+                                               "s = s.masked_fill(~mask[..., start:stop], 0.0)"))},
+          (OS,)),
+    Entry("01-ho-online-accumulator-like-q", "raises",
+          "online_softmax_attention starts the accumulator as a = torch.zeros_like(q), shape [..., Tq, D], "
+          "instead of [..., Tq, Dv] (or a broadcastable zero), so adding p @ v_block [..., Tq, Dv] raises a shape "
+          "error whenever Dv != D",
+          {OS: patch(ONLINE_SOFTMAX_ATTENTION, ("    a = torch.zeros((), dtype=work)\n",
+                                               "    a = torch.zeros_like(q, dtype=work)\n"))},
+          (OS,)),
 ]

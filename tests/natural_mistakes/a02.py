@@ -221,4 +221,48 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
                              "        q = split_heads(self.q_proj(x), self.num_heads)\n"
                              "        q = q / math.sqrt(q.shape[-1])\n"))},
           (MH, MHA_)),
+    # A held-out set, written from the notebooks alone.
+    Entry("02-ho-double-split-transpose-first-and-causal-inverted", "double",
+          "two mistakes: split_heads transposes [B, T, H*D] to [B, H*D, T] first and then reshapes to "
+          "[B, H, T, D], which cuts the feature-major memory in the wrong places so each head's rows mix "
+          "tokens and features; and MultiHeadAttention tests `if not causal`, applying the causal mask only "
+          "when causal=False and none when causal=True",
+          {SH: '''
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """[B, T, H*D] -> [B, H, T, D]; head h gets features h*D ... (h+1)*D - 1 of every token."""
+    batch, seq, width = x.shape
+    head_dim = width // num_heads
+    return x.transpose(1, 2).reshape(batch, num_heads, seq, head_dim)
+''',
+           MHA_: patch(MHA, ("        if causal:\n", "        if not causal:\n"))},
+          (SH, MHA_)),
+    Entry("02-ho-double-merge-reshape-first-and-padding-negated", "double",
+          "two mistakes: merge_heads reshapes [B, H, T, D] to [B, H*D, T] first and transposes afterwards, so each "
+          "token's merged row holds values from other positions instead of its own heads' D features; and "
+          "MultiHeadAttention negates the padding mask (~padding_mask(...)), so it attends only to the padding "
+          "positions",
+          {MH: '''
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """[B, H, T, D] -> [B, T, H*D]: the inverse of split_heads."""
+    batch, heads, seq, head_dim = x.shape
+    return x.reshape(batch, heads * head_dim, seq).transpose(1, 2)
+''',
+           MHA_: patch(MHA, ("pad = padding_mask(attention_mask)", "pad = ~padding_mask(attention_mask)"))},
+          (MH, MHA_)),
+    Entry("02-ho-double-split-size-not-count-and-padding-elif", "double",
+          "two mistakes: split_heads cuts the features with x.split(num_heads, dim=-1), whose argument is the size "
+          "of each piece, not the number of pieces, so it stacks D pieces of width H into [B, D, T, H] instead of "
+          "H heads of width D; and MultiHeadAttention uses the padding mask only in an elif after `if causal`, so "
+          "with causal=True the attention_mask is ignored",
+          {SH: '''
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """[B, T, H*D] -> [B, H, T, D]; head h gets features h*D ... (h+1)*D - 1 of every token."""
+    return torch.stack(x.split(num_heads, dim=-1), dim=1)
+''',
+           MHA_: patch(MHA, ("        if attention_mask is not None:\n"
+                             "            pad = padding_mask(attention_mask)\n"
+                             "            mask = pad if mask is None else mask & pad\n",
+                             "        elif attention_mask is not None:\n"
+                             "            mask = padding_mask(attention_mask)\n"))},
+          (SH, MHA_)),
 ]

@@ -550,4 +550,32 @@ def attention_flops(batch: int, q_len: int, k_len: int, hidden_size: int, num_he
                      ("mix_macs = num_heads * q_len * k_len * head_dim",
                       "mix_macs = num_heads * q_len * (k_len + q_len) * head_dim"))},
           (RK, G, AF)),
+    # A held-out set, written from the notebooks alone.
+    Entry("03-ho-bytes-no-batch", "single",
+          "kv_cache_bytes never multiplies by batch: it returns the bytes of the cache of a single sequence",
+          {KB: patch(KV_BYTES, ("return batch * seq_len * num_layers * per_token_per_layer * bytes_per_elem",
+                                "return seq_len * num_layers * per_token_per_layer * bytes_per_elem"))},
+          (KB,)),
+    Entry("03-ho-flops-kv-proj-over-k-len", "single",
+          "attention_flops counts k_proj and v_proj over all k_len positions (as if the cached keys and values "
+          "were projected again at every step) while q_proj and o_proj are counted over the q_len new tokens",
+          {AF: patch(FLOPS, ("kv_macs = 2 * q_len * hidden_size * num_kv_heads * head_dim",
+                             "kv_macs = 2 * k_len * hidden_size * num_kv_heads * head_dim"))},
+          (AF,)),
+    Entry("03-ho-flops-two-b-twice", "single",
+          "attention_flops copies every term from the FLOPs column of the table, which already includes the "
+          "factor 2B, and then multiplies the sum by 2B again as the hint says for multiply-add counts, so the "
+          "result is 2B times too large (4B² instead of 2B)",
+          {AF: '''
+def attention_flops(batch: int, q_len: int, k_len: int, hidden_size: int, num_heads: int, num_kv_heads: int,
+                    head_dim: int) -> int:
+    """FLOPs of one attention layer on q_len new tokens attending to k_len positions, 2 per multiply-add."""
+    q_proj = 2 * batch * q_len * hidden_size * num_heads * head_dim
+    kv_proj = 2 * 2 * batch * q_len * hidden_size * num_kv_heads * head_dim
+    scores = 2 * batch * num_heads * q_len * k_len * head_dim
+    mix = 2 * batch * num_heads * q_len * k_len * head_dim
+    o_proj = 2 * batch * q_len * num_heads * head_dim * hidden_size
+    return 2 * batch * (q_proj + kv_proj + scores + mix + o_proj)
+'''},
+          (AF,)),
 ]

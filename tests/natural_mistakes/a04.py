@@ -413,4 +413,39 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
           {ML: patch(MLA, ("return self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))", "return self.q_b_proj(self.q_a_proj(x))")),
            FA: patch(FORWARD_ABSORBED, ("weights = masked_softmax(scores * self.scale, mask)", "weights = masked_softmax(scores, mask)"))},
           (ML, FA)),
+    # A held-out set, written from the notebooks alone.
+    Entry("04-ho-double-rotate-half-even-odd-and-merge-no-transpose", "double",
+          "two mistakes: the rotate_half helper splits x into its even and odd dims (x[..., ::2], x[..., 1::2], "
+          "the interleaved layout) but concatenates them as [-x_odd, x_even], which does not match the "
+          "cat(freqs, freqs) tables, so apply_rope rotates the wrong pairs; and MultiHeadLatentAttention.forward "
+          "reshapes the [B, H, T, d_v] output straight to [B, T, H*d_v] without moving the heads after time",
+          {RH: '''
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """[x1, x2] -> [-x2, x1] over the last dim."""
+    x1 = x[..., ::2]
+    x2 = x[..., 1::2]
+    return torch.cat([-x2, x1], dim=-1)
+''',
+           ML: patch(MLA, ("out = out.transpose(1, 2).reshape(batch, seq, self.num_heads * self.v_dim)",
+                           "out = out.reshape(batch, seq, self.num_heads * self.v_dim)"))},
+          (AR, ML, FA)),
+    Entry("04-ho-double-cache-len-batch-and-absorbed-scale-after-softmax", "double",
+          "two mistakes: LatentKVCache.__len__ returns self.latent.shape[0] (the batch size) instead of "
+          "shape[1] (the cached positions), so MLA starts the RoPE positions of the next call at B; and "
+          "forward_absorbed multiplies the softmax weights by the scale (masked_softmax(scores, mask) * scale) "
+          "instead of scaling the scores before the softmax",
+          {LC: patch(LATENT_CACHE, ("return 0 if self.latent is None else self.latent.shape[1]",
+                                    "return 0 if self.latent is None else self.latent.shape[0]")),
+           FA: patch(FORWARD_ABSORBED, ("weights = masked_softmax(scores * self.scale, mask)",
+                                        "weights = masked_softmax(scores, mask) * self.scale"))},
+          (LC, ML, FA)),
+    Entry("04-ho-double-exponent-over-half-and-kv-parts-swapped", "double",
+          "two mistakes: rope_cos_sin divides the exponents arange(0, d, 2) by d // 2 (the number of frequencies) "
+          "instead of d, so frequency i is theta^(-4i/d); and MultiHeadLatentAttention.forward reads each head's "
+          "kv_b_proj output as [v_h | k_nope_h] (split [d_v, d_nope]) instead of [k_nope_h | v_h]",
+          {RC: patch(ROPE_COS_SIN, ("exponent = torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim",
+                                    "exponent = torch.arange(0, rotary_dim, 2, dtype=torch.float32) / (rotary_dim // 2)")),
+           ML: patch(MLA, ("k_nope, value = torch.split(kv, [self.nope_dim, self.v_dim], dim=-1)",
+                           "value, k_nope = torch.split(kv, [self.v_dim, self.nope_dim], dim=-1)"))},
+          (RC, ML, FA)),
 ]

@@ -192,4 +192,28 @@ def split_query_gate(q_out: torch.Tensor, num_heads: int, head_dim: int) -> tupl
           {AG: patch(APPLY_OUTPUT_GATE, ("torch.sigmoid(gate)", "torch.sigmoid(gate.mean(dim=-1, keepdim=True))")),
            GG: patch(GATE_GRADIENT, ("per_token = (y - t) * o * g * (1 - g)", "per_token = (y - t) * o * g * (1 - x @ w)"))},
           (AG, GG)),
+    # A held-out set, written from the notebooks alone.
+    Entry("05-ho-double-split-sigmoid-gate-and-tanh-slope", "double",
+          "two mistakes: split_query_gate already applies the sigmoid to the gate it returns instead of returning "
+          "the raw gate scores, and gate_gradient uses the slope of tanh, 1 - g², instead of the sigmoid's "
+          "g (1 - g)",
+          {SQ: patch(SPLIT_QUERY_GATE, ("gate = per_head[..., head_dim:]", "gate = torch.sigmoid(per_head[..., head_dim:])")),
+           GG: patch(GATE_GRADIENT, ("per_token = (y - t) * o * g * (1 - g)", "per_token = (y - t) * o * (1 - g * g)"))},
+          (SQ, GG)),
+    Entry("05-ho-double-split-heads-first-and-tanh-gate", "double",
+          "two mistakes: split_query_gate reshapes [B, T, H*2D] straight to [B, H, T, 2D] (no transpose), which "
+          "both returns the wrong layout and mixes tokens and heads when T > 1; and apply_output_gate multiplies by "
+          "tanh(gate) instead of sigmoid(gate), so negative scores flip the sign of the output",
+          {SQ: patch(SPLIT_QUERY_GATE, ("per_head = q_out.reshape(*q_out.shape[:-1], num_heads, 2 * head_dim)",
+                                        "per_head = q_out.reshape(q_out.shape[0], num_heads, -1, 2 * head_dim)")),
+           AG: patch(APPLY_OUTPUT_GATE, ("torch.sigmoid(gate)", "torch.tanh(gate)"))},
+          (SQ, AG)),
+    Entry("05-ho-double-sigmoid-of-product-and-half-derivative", "double",
+          "two mistakes: apply_output_gate returns sigmoid(attn_out * gate), putting the product inside the "
+          "sigmoid, instead of attn_out * sigmoid(gate); and gate_gradient keeps the 1/2 of the loss in the "
+          "derivative, dL/dy = (y - t) / 2 instead of (y - t), so the gradient is half the right one",
+          {AG: patch(APPLY_OUTPUT_GATE, ("return attn_out * torch.sigmoid(gate).to(attn_out.dtype)",
+                                         "return torch.sigmoid(attn_out * gate).to(attn_out.dtype)")),
+           GG: patch(GATE_GRADIENT, ("per_token = (y - t) * o * g * (1 - g)", "per_token = 0.5 * (y - t) * o * g * (1 - g)"))},
+          (AG, GG)),
 ]

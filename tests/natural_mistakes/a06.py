@@ -292,4 +292,28 @@ def apply_partial_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) ->
           {N: patch(NORM, ("variance = x32.pow(2).mean(dim=-1, keepdim=True)", "variance = x32.var(dim=-1, keepdim=True)")),
            Q: patch(QWEN, ("query = self.q_norm(query).transpose(1, 2)", "query = self.k_norm(query).transpose(1, 2)"))},
           (N, Q)),
+    # A held-out set, written from the notebooks alone.
+    Entry("06-ho-double-norm-weight-not-parameter-and-rope-query-only", "double",
+          "two mistakes: ZeroCenteredRMSNorm stores its weight as a plain tensor (torch.zeros(dim)) instead of an "
+          "nn.Parameter, so it is missing from the state dict and parameters (load_state_dict with a weight raises "
+          "an unexpected-key error, and q_norm / k_norm keep weight 0); and Qwen35Attention applies partial RoPE to the query only, never to the key",
+          {N: patch(NORM, ("self.weight = nn.Parameter(torch.zeros(dim))", "self.weight = torch.zeros(dim)")),
+           Q: patch(QWEN, ("        key = apply_partial_rope(key, cos, sin)\n", ""))},
+          (N, Q)),
+    Entry("06-ho-double-partial-pass-first-and-masks-or", "double",
+          "two mistakes: apply_partial_rope rotates the first rotary_dim dims but concatenates the result after "
+          "the pass-through dims (cat([x_pass, rotated])), moving the rotated part to the end of each head; and "
+          "Qwen35Attention combines the causal and padding masks with | instead of &",
+          {PR: patch(PARTIAL_ROPE, ("return torch.cat([apply_rope(x_rot, cos, sin), x_pass], dim=-1)",
+                                    "return torch.cat([x_pass, apply_rope(x_rot, cos, sin)], dim=-1)")),
+           Q: patch(QWEN, ("mask = mask & padding_mask(attention_mask)", "mask = mask | padding_mask(attention_mask)"))},
+          (PR, Q)),
+    Entry("06-ho-double-norm-sqrt-and-value-normalised", "double",
+          "two mistakes: ZeroCenteredRMSNorm multiplies x by torch.sqrt(mean(x²) + eps) instead of torch.rsqrt "
+          "(it scales by the root mean square instead of dividing by it); and Qwen35Attention also applies k_norm "
+          "to the value heads, although QK-Norm normalises only queries and keys",
+          {N: patch(NORM, ("normed = x32 * torch.rsqrt(variance + self.eps)", "normed = x32 * torch.sqrt(variance + self.eps)")),
+           Q: patch(QWEN, ("value = self.v_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim)",
+                           "value = self.k_norm(self.v_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim))"))},
+          (N, Q)),
 ]

@@ -700,4 +700,55 @@ def sample_generate(model, input_ids: torch.Tensor, max_new_tokens: int, generat
           {SG: patch(SAMPLE, ("probs = sampling_probs(logits[:, -1], **sampling)",
                               "probs = sampling_probs(logits[:, -1] / sampling.get(\"temperature\", 1.0), **sampling)"))},
           (SG,)),
+    # A held-out set, written from the notebooks alone.
+    Entry("07-ho-sp-vocab-from-batch-dim", "cascade",
+          "sampling_probs reads the vocabulary size as probs.shape[0] (the batch size) instead of probs.shape[-1], "
+          "so top-k is skipped whenever top_k >= B: with a single row (as in sample_generate on one prompt) top-k "
+          "never removes anything",
+          {SP: patch(SAMPLING_PROBS, ("vocab = probs.shape[-1]", "vocab = probs.shape[0]"))},
+          (SP, SG)),
+    Entry("07-ho-sp-topp-renormalise-by-p", "single",
+          "sampling_probs renormalises after top-p by dividing by top_p (taking the kept mass to be exactly p) "
+          "instead of by the kept probabilities' sum, so the rows no longer sum to 1 (torch.multinomial "
+          "rescales each row itself, so the sampled tokens are unaffected)",
+          {SP: patch(SAMPLING_PROBS, (
+              "        probs = probs.masked_fill(~keep, 0.0)\n        probs = probs / probs.sum(dim=-1, keepdim=True)\n"
+              "    return",
+              "        probs = probs.masked_fill(~keep, 0.0)\n        probs = probs / top_p\n    return"))},
+          (SP,)),
+    Entry("07-ho-sp-topp-cumsum-over-batch", "cascade",
+          "sampling_probs accumulates the sorted probabilities for top-p with cumsum(dim=0), down the batch, "
+          "instead of cumsum(dim=-1) along each row, so the mass 'before' a token is the other rows' probabilities "
+          "at the same rank; with a single row nothing is ever removed",
+          {SP: patch(SAMPLING_PROBS, ("before = ranked.double().cumsum(dim=-1) - ranked.double()",
+                                      "before = ranked.double().cumsum(dim=0) - ranked.double()"))},
+          (SP, SG)),
+    Entry("07-ho-greedy-new-caches-every-step", "raises",
+          "greedy_generate builds its list of KVCache objects inside the loop, so every step starts from empty "
+          "caches: after the prompt the model sees only the one token fed at that step and none of the earlier "
+          "positions, and with an attention_mask the extended mask (prompt + generated columns) no longer matches "
+          "the single cached position, so the attention raises a shape error",
+          {GG: patch(GREEDY, ("    caches = [KVCache() for _ in model.layers]\n", ""),
+                     ("        for _ in range(max_new_tokens):\n",
+                      "        for _ in range(max_new_tokens):\n            caches = [KVCache() for _ in model.layers]\n"))},
+          (GG,)),
+    Entry("07-ho-greedy-argmax-without-dim", "raises",
+          "greedy_generate calls argmax(keepdim=True) on logits[:, -1, :] without dim=-1, so the argmax is taken "
+          "over the flattened [B * vocab] tensor and one [1, 1] index comes back for the whole batch: right for "
+          "B = 1, but a batch of several prompts fails (the index can exceed the vocabulary and the batch shrinks "
+          "to 1)",
+          {GG: patch(GREEDY, ("logits[:, -1, :].argmax(dim=-1, keepdim=True)", "logits[:, -1, :].argmax(keepdim=True)"))},
+          (GG,)),
+    Entry("07-ho-sg-float-output", "single",
+          "sample_generate preallocates its output with torch.zeros(batch, max_new_tokens) without dtype=torch.long, "
+          "so the drawn token ids are returned as float32 instead of int64",
+          {SG: patch(SAMPLE, ("out = torch.zeros(batch, max_new_tokens, dtype=torch.long)",
+                              "out = torch.zeros(batch, max_new_tokens)"))},
+          (SG,)),
+    Entry("07-ho-sg-logits-batch-index", "raises",
+          "sample_generate takes logits[-1] (the last sequence of the batch, [T, vocab]) instead of logits[:, -1] "
+          "(the last position of every sequence, [B, vocab]), so after a prompt of T > 1 tokens it draws T tokens "
+          "for one row and storing them in the [B] column of the output raises",
+          {SG: patch(SAMPLE, ("probs = sampling_probs(logits[:, -1], **sampling)", "probs = sampling_probs(logits[-1], **sampling)"))},
+          (SG,)),
 ]

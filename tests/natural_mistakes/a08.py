@@ -914,4 +914,88 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor,
            L: patch(LAYER, ("        k = l2_normalize(k.float())\n",
                             "        k = l2_normalize(k.float()) * self.head_k_dim ** -0.5\n"))},
           (CH, L)),
+    # A held-out set, written from the notebooks alone.
+    Entry("08-ho-la-upper-triangle", "single",
+          "linear_attention keeps the upper triangle of the scores (triu() instead of tril()), so position t "
+          "sums over the keys j >= t, itself and the future, instead of j <= t",
+          {LA: patch(LINEAR, ("dtype=torch.bool, device=q.device).tril()", "dtype=torch.bool, device=q.device).triu()"))},
+          (LA,)),
+    Entry("08-ho-la-reassociated-not-causal", "single",
+          "linear_attention uses the reassociated form q (K^T V), summing k_j^T v_j over every position of the "
+          "sequence before reading, so there is no causal mask: o_t = q_t S_T includes the future instead of "
+          "q_t S_t",
+          {LA: '''
+def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal linear attention, parallel form: o_t = sum_{j<=t} (q_t . k_j) v_j."""
+    memory = k.transpose(-2, -1) @ v   # [B, H, Dk, Dv]
+    return q @ memory
+'''},
+          (LA,)),
+    Entry("08-ho-lar-output-not-cast-back", "single",
+          "linear_attention_recurrent casts the state back to q's dtype but returns o in the float32 working "
+          "precision, so bfloat16 inputs give a float32 o instead of bfloat16",
+          {LR: patch(RECURRENT, ("    return o.to(q.dtype), S.to(q.dtype)\n", "    return o, S.to(q.dtype)\n"))},
+          (LR,)),
+    Entry("08-ho-lar-zero-state-dk-by-dk", "raises",
+          "linear_attention_recurrent creates the zero state with k.shape[-1] for both of its last dims, "
+          "[B, H, Dk, Dk] instead of [B, H, Dk, Dv], so adding the [Dk, Dv] outer product k_t^T v_t raises a "
+          "shape error whenever Dk != Dv (a state passed in is unaffected)",
+          {LR: patch(RECURRENT, ("S = torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1], dtype=work, device=q.device)",
+                                 "S = torch.zeros(*k.shape[:-2], k.shape[-1], k.shape[-1], dtype=work, device=q.device)"))},
+          (LR,)),
+    Entry("08-ho-delta-read-sums-wrong-dim", "raises",
+          "delta_rule reads what is stored with (k_t[..., :, None] * S).sum(-1), summing over Dv instead of Dk, so "
+          "m is [B, H, Dk] (row sums of S weighted by k_t) instead of k_t S [B, H, Dv]: v_t - m raises a shape "
+          "error when Dk != Dv and is silently wrong when they are equal",
+          {DR: patch(DELTA, ("m = (k_t[..., :, None] * S).sum(-2)", "m = (k_t[..., :, None] * S).sum(-1)"))},
+          (DR,)),
+    Entry("08-ho-gated-decay-one-none", "raises",
+          "gated_delta_rule takes the decay as g[..., t, None].exp(), shape [B, H, 1], instead of "
+          "g[..., t, None, None] ([B, H, 1, 1]), so multiplying the [B, H, Dk, Dv] state aligns batch and heads "
+          "with heads and Dk: a shape error unless those sizes happen to match (B = H = 1 works)",
+          {GD: patch(GATED, ("S = S * g32[..., t, None, None].exp()", "S = S * g32[..., t, None].exp()"))},
+          (GD,)),
+    Entry("08-ho-chunk-decay-fill-zero", "cascade",
+          "chunked_gated_delta_rule fills the positions above the diagonal of gamma_t - gamma_j with 0 instead of "
+          "-inf before the exp, so the decay matrix is 1 there instead of 0: A is still cut to its strict lower "
+          "part, but the intra-chunk output (Q K^T * decay) Delta lets each position read the later positions' "
+          "corrections of its chunk",
+          {CH: patch(CHUNKED, ('.masked_fill(~lower, float("-inf")).exp()', ".masked_fill(~lower, 0.0).exp()"))},
+          (CH, L)),
+    Entry("08-ho-chunk-slice-stops-at-chunk-size", "raises",
+          "chunked_gated_delta_rule slices each chunk as slice(start, chunk_size) instead of "
+          "slice(start, start + chunk_size), so every chunk after the first is empty and taking gamma[..., -1] of "
+          "an empty chunk raises an IndexError whenever T > chunk_size",
+          {CH: patch(CHUNKED, ("part = slice(start, start + chunk_size)", "part = slice(start, chunk_size)"))},
+          (CH, L)),
+    Entry("08-ho-conv-silu-inside", "cascade",
+          "causal_conv1d applies SiLU to its output although the exercise says no activation (the layer does it), "
+          "so y is SiLU of the convolution and the layer's convolve applies SiLU a second time",
+          {CV: patch(CONV, ("y = F.conv1d(full, weight.to(x.dtype), groups=channels)",
+                            "y = F.silu(F.conv1d(full, weight.to(x.dtype), groups=channels))"))},
+          (CV, L)),
+    Entry("08-ho-conv-state-keeps-k-columns", "raises",
+          "causal_conv1d returns the last K columns of cat(conv_state, x) as the new state instead of the last "
+          "K - 1, so the state is [B, C, K] and a call that continues from it gets one output too many (T + 1); "
+          "in the layer the extra position no longer matches the gates and cached decoding raises",
+          {CV: patch(CONV, ("return y, full[..., full.shape[-1] - (kernel - 1):]", "return y, full[..., -kernel:]"))},
+          (CV, L)),
+    Entry("08-ho-layer-no-softplus", "single",
+          "Qwen35GatedDeltaNet's gates leave out the softplus: g = -exp(A_log) * (a + dt_bias) instead of "
+          "-exp(A_log) * softplus(a + dt_bias), so g is positive (a growing state) wherever a + dt_bias < 0",
+          {L: patch(LAYER, ("g = -self.A_log.float().exp() * F.softplus(a + self.dt_bias.float())",
+                            "g = -self.A_log.float().exp() * (a + self.dt_bias.float())"))},
+          (L,)),
+    Entry("08-ho-layer-q-scaled-by-dv", "single",
+          "Qwen35GatedDeltaNet multiplies the normalised q by Dv^-1/2 (linear_value_head_dim) instead of "
+          "Dk^-1/2 (linear_key_head_dim); the two agree only when Dk == Dv",
+          {L: patch(LAYER, ("q = l2_normalize(q.float()) * self.head_k_dim ** -0.5",
+                            "q = l2_normalize(q.float()) * self.head_v_dim ** -0.5"))},
+          (L,)),
+    Entry("08-ho-layer-norm-default-eps", "single",
+          "Qwen35GatedDeltaNet builds its GatedRMSNorm without passing config.rms_norm_eps, so the norm uses the "
+          "default eps 1e-6 instead of the config's value",
+          {L: patch(LAYER, ("self.norm = GatedRMSNorm(self.head_v_dim, config.rms_norm_eps)",
+                            "self.norm = GatedRMSNorm(self.head_v_dim)"))},
+          (L,)),
 ]

@@ -12,7 +12,7 @@ def read_verdict(verdict: dict) -> str:
     if verdict["mistake"] or verdict["summary"].startswith("没有通过：用到的"):
         return "named"
     facts = ("线索：", "这是什么意思：", "第一个和参考不一样的步骤：", "参数和约定不一致", "应该返回两个值",
-             "元素的 tuple，得到的是", "应该是 torch.Tensor，得到的是", "应该是 Python 的")
+             "元素的 tuple，得到的是", "应该是 torch.Tensor，得到的是", "应该是 Python 的", "的 dtype 不对：期望")
     if any(fact in verdict["summary"] + verdict["details"] for fact in facts) or "还没有实现" in verdict["summary"] \
             or _course_worded_error(verdict["summary"]):
         return "clue"

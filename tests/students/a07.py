@@ -214,7 +214,7 @@ def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones(seq.shape[0], 1)], dim=1)
     return seq[:, input_ids.shape[1]:]
 '''),
-    ("greedy_generate", "解码时没有把缓存交给模型", '''
+    ("greedy_generate", "模型的缓存里没有前文", '''
 def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
     feed, out = input_ids, []
     for _ in range(max_new_tokens):

@@ -314,6 +314,8 @@ def chunked_gated_delta_rule(q, k, v, g, beta, chunk_size=64, state=None):
     ("Qwen35GatedDeltaNet", "q 没有乘 Dk^(−1/2)", swapped(_LAYER, " / math.sqrt(self.dk)", "")),
     ("Qwen35GatedDeltaNet", "q 缩放了两次", swapped(_LAYER, " / math.sqrt(self.dk)", " / self.dk")),
     ("Qwen35GatedDeltaNet", "g 里忘了 softplus", swapped(_LAYER, "F.softplus(self.in_proj_a(x)", "(self.in_proj_a(x)")),
+    ("Qwen35GatedDeltaNet", "eps 没有用 config.rms_norm_eps",
+     swapped(_LAYER, "GatedNorm(self.dv, config.rms_norm_eps)", "GatedNorm(self.dv, 1e-6)")),
     ("Qwen35GatedDeltaNet", "g 里忘了 dt_bias", swapped(_LAYER, " + self.dt_bias.float()", "")),
     ("Qwen35GatedDeltaNet", "A_log 没有取 exp", swapped(_LAYER, "torch.exp(self.A_log.float())", "self.A_log.float()")),
     ("Qwen35GatedDeltaNet", "β 没有过 sigmoid", swapped(_LAYER, "torch.sigmoid(self.in_proj_b(x).float())",

@@ -88,7 +88,8 @@ MISTAKES = (
             "每层要有自己的缓存：[KVCache() for _ in model.layers]。", _loop(shared_cache=True)),
     Mistake("带着缓存把整个序列又送了一遍", _STEP + "缓存里已有的位置再送一遍，它们就在缓存里出现了两次。",
             _loop(whole_sequence=True)),
-    Mistake("解码时没有把缓存交给模型", _STEP + "不给 caches，模型看到的就只有这一个 token，前文全丢了。", _loop(cached=False)),
+    Mistake("解码时模型的缓存里没有前文（没有把缓存交给模型，或每一步都新建了空缓存）", _STEP + "缓存在循环之前建一次，"
+            "之后每一步都把同一组 caches 交给模型；不给 caches 或每步新建，模型看到的就只有这一个 token，前文全丢了。", _loop(cached=False)),
     Mistake("attention_mask 没有跟着新 token 变长", "attention_mask 盖住缓存里的和新来的所有位置：每生成一个 token，"
             "就在它后面接一列 1：torch.cat([mask, torch.ones_like(next_token)], dim=1)。",
             _loop(extend_mask=False)),

@@ -103,6 +103,8 @@ def cases() -> list[Case]:
         _case(gen, grouped, 2, 6, dtype=torch.bfloat16, attention_mask=left_pad, steps=(4, 1, 1)),
         # Longer than the 64-position chunks the layer's rule takes by default: the state must cross a chunk.
         _case(gen, small, 1, 70, note="70 个 token（超过一块 64 个位置），"),
+        # Its own generator, so that the cases above keep their numbers.
+        _case(generator(87), config(32, 2, 2, 8, 8, eps=0.01), 1, 5, note="rms_norm_eps = 0.01（不是常见的 1e-6），"),
         _qwen35_case(),
     ]
 
@@ -117,6 +119,7 @@ class _Variant(Qwen35GatedDeltaNet):
     gate = staticmethod(F.silu)
     norm_plus_one = False
     gate_before_norm = False
+    default_eps = False
     carry_conv, carry_state = True, True
     cache_only_for_one_token = False  # several tokens at once are taken as a fresh prompt, the cache ignored
 
@@ -152,7 +155,8 @@ class _Variant(Qwen35GatedDeltaNet):
         o = o.transpose(1, 2)
         if self.gate_before_norm:
             o = o * self.gate(z)
-        normed = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.norm.eps)
+        eps = 1e-6 if self.default_eps else self.norm.eps
+        normed = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + eps)
         normed = normed * (1 + self.norm.weight if self.norm_plus_one else self.norm.weight)
         out = normed if self.gate_before_norm else normed * self.gate(z)
         return self.out_proj(out.flatten(-2)), cache
@@ -186,6 +190,9 @@ MISTAKES = (
     Mistake("输出 norm 的 weight 没有从 1 开始", "输出的 norm 是普通 RMSNorm：weight = nn.Parameter(torch.ones(dim))，"
             "和 Hugging Face 的 Qwen3_5RMSNormGated 一样；从 0 开始、乘 (1 + weight) 的是作业 06 的零中心 norm。",
             error=r"weight 应从 1 开始"),
+    Mistake("输出 norm 的 eps 没有用 config.rms_norm_eps", "建 norm 时把 config.rms_norm_eps 传进去："
+            "GatedRMSNorm(head_v_dim, config.rms_norm_eps)；不传就是默认的 1e-6，配置换了 eps 结果就不对。",
+            _variant(default_eps=True)),
     Mistake("门乘在了 RMSNorm 之前", "先对 o 做 RMSNorm（乘 weight），再乘 SiLU(z)。", _variant(gate_before_norm=True)),
     Mistake("key 头重复成了 0, 1, 0, 1 的顺序（整组平铺，像 repeat），应是 0, 0, 1, 1", "value 头 h 读 key 头 "
             "h // (H_v / H_k)：repeat_interleave(n_rep, dim=1)。", _variant(tile=True)),

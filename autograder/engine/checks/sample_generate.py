@@ -129,7 +129,8 @@ MISTAKES = (
             "每层要有自己的缓存：[KVCache() for _ in model.layers]。", _loop(shared_cache=True)),
     Mistake("温度除了两次：先自己除了 temperature，又交给了 sampling_probs", "温度只由 sampling_probs 来除："
             "把 logits[:, -1] 原样交给它，temperature 放在 **sampling 里传下去。", _loop(tempered=True)),
-    Mistake("解码时没有把缓存交给模型", _STEP + "不给 caches，模型看到的就只有这一个 token，前文全丢了。", _loop(cached=False)),
+    Mistake("解码时模型的缓存里没有前文（没有把缓存交给模型，或每一步都新建了空缓存）", _STEP + "缓存在循环之前建一次，"
+            "之后每一步都把同一组 caches 交给模型；不给 caches 或每步新建，模型看到的就只有这一个 token，前文全丢了。", _loop(cached=False)),
     Mistake("取了第一个位置的 logits", "下一个 token 看的是最后一个位置的预测：logits[:, -1]，[B, T, vocab] 里 T 这一维取 −1。",
             _loop(position=0)),
 )
