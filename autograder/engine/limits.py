@@ -80,3 +80,6 @@ LEAST_EXERCISE_S = 1.0
 # strings and tensor records), and the largest job the fork server reads.
 HEADER_BYTES = 1 << 20
 JOB_BYTES = 1 << 34
+# The most bytes of pickled cases a fork server keeps between jobs (``sandbox/held_cases.py``): every exercise's
+# cases come to about 110 MB, of which 06's layer takes 74.
+HELD_CASES_BYTES = 256 << 20

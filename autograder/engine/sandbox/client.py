@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from autograder.engine import limits
 from autograder.engine.sandbox import wire
+from autograder.engine.sandbox.held_cases import Sent
 from autograder.engine.sandbox.policy import Policy
 from autograder.engine.sandbox.walls import PRIVATE_ENV, SCRATCH_ENV
 
@@ -53,6 +54,7 @@ class Sandbox:
         self._hello: dict | None = None
         self._policy: Policy | None = None
         self._jobs = 0
+        self._sent = Sent()  # the cases this fork server keeps
         self._lock = threading.Lock()
         self.cpu_used_s = 0.0
 
@@ -69,6 +71,7 @@ class Sandbox:
                                          stdout=subprocess.PIPE, stderr=self._stderr, cwd=self._folder.name,
                                          start_new_session=True)  # a Ctrl-C in the terminal is ours alone
         self._hello = None
+        self._sent = Sent()
         for pipe in (self._process.stdin, self._process.stdout):
             _widen(pipe.fileno())
 
@@ -94,7 +97,8 @@ class Sandbox:
         The wall clock only guards against code that does not get (or does not use) the CPU: a run stopped by it
         with CPU time left is run again under ``limits.retry_wall_s``, and stopped again it is answered ``busy``, so
         that a busy machine never passes for the student's infinite loop. Restarts the fork server once if it
-        died. ``cpu_used_s`` adds up the CPU time of every run."""
+        died. ``cpu_used_s`` adds up the CPU time of every run. ``job["cases"]`` crosses to the fork server once
+        (``held_cases``): pass the same object for the same cases."""
         with self._lock:
             answer = self._run_restarting(job, cpu_s, limits.first_wall_s(cpu_s))
             if answer.kind == "wall":
@@ -115,9 +119,10 @@ class Sandbox:
     def _run_once(self, job: dict, cpu_s: float, wall_s: float) -> Answer:
         self.hello()
         self._jobs += 1
-        payload = pickle.dumps({**job, "cpu": cpu_s, "timeout": wall_s}, protocol=pickle.HIGHEST_PROTOCOL)
+        held, cases = self._sent.plan(job["cases"])
+        payload = pickle.dumps({**job, "cases": None, "cpu": cpu_s, "timeout": wall_s}, protocol=pickle.HIGHEST_PROTOCOL)
         try:
-            wire.write_message(self._process.stdin.fileno(), {"job": self._jobs}, payload)
+            wire.write_message(self._process.stdin.fileno(), {"job": self._jobs, **held}, payload + cases)
         except OSError as e:
             raise SandboxError(f"the sandbox stopped taking jobs ({e})") from None
         header, data = self._read(wall_s + limits.ANSWER_GRACE_S, "running a job")

@@ -3,7 +3,9 @@
 The grader starts it once (``python -c``, from an empty folder) and sends it jobs over its stdin. For
 each job it forks a child, which puts up the walls (``walls.py``), runs the student's code through the
 harness and writes its report to a pipe. The fork server relays the report (at most
-``limits.OUTPUT_BYTES``) or says what went wrong, then kills whatever the run left behind.
+``limits.OUTPUT_BYTES``) or says what went wrong, then kills whatever the run left behind. A job's cases come
+with the first job that needs them and are kept for the next (``held_cases.py``): a child unpickles its own
+and unmaps the rest before its walls go up.
 
 Where namespaces are available the fork server runs as PID 1 of its own PID namespace: the process
 the grader started only waits for it, and both die with the grader.
@@ -25,14 +27,16 @@ import time
 from autograder.engine import limits
 from autograder.engine.errors import GraderProblem
 from autograder.engine.sandbox import wire
+from autograder.engine.sandbox.held_cases import Held
 from autograder.engine.sandbox.walls import Walls
 
 _READY = b"W"  # written by the child once its walls are up: anything that fails before it is the grader's
 _SETUP_FAILED = b"S"
 
 
-def _child(walls: Walls, harness, job: dict, write_fd: int) -> None:
+def _child(walls: Walls, harness, job: dict, held: Held, write_fd: int) -> None:
     try:
+        job = {**job, "cases": held.cases(job["cases"])}  # and no other exercise's, before the walls
         walls.enter_child(write_fd, job["cpu"])
     except BaseException as e:  # noqa: BLE001 - any failure here is the grader's, reported as such
         os.write(write_fd, _SETUP_FAILED + f"{type(e).__name__}: {e}".encode()[:4000])
@@ -95,8 +99,8 @@ def _wait_briefly(pid: int, seconds: float) -> tuple[int, int, float]:
         time.sleep(0.002)
 
 
-def run_job(walls: Walls, harness, job: dict) -> tuple[dict, bytes]:
-    """Fork a walled child for ``job`` and return the answer for the grader; none where the probe run could read
+def run_job(walls: Walls, harness, job: dict, held: Held) -> tuple[dict, bytes]:
+    """Fork a walled child for ``job``, whose ``cases`` ``held`` finds, and return the answer for the grader; none where the probe run could read
     an answer or change what grading relies on (``walls.refusal``: fail closed, the grader reports every exercise
     as its own problem, with the reason).
 
@@ -110,7 +114,7 @@ def run_job(walls: Walls, harness, job: dict) -> tuple[dict, bytes]:
     if pid == 0:
         os.close(read_fd)
         try:
-            _child(walls, harness, job, write_fd)
+            _child(walls, harness, job, held, write_fd)
         finally:
             os._exit(0)
     os.close(write_fd)
@@ -154,23 +158,30 @@ def _hello(walls: Walls, answers: int) -> None:
 
 
 def _serve(walls: Walls, harness, requests: int, answers: int) -> None:
+    held = Held()
     while True:
         try:
-            header, payload = wire.read_message(requests, max_payload=limits.JOB_BYTES)
+            header, payload = wire.read_job(requests, max_payload=limits.JOB_BYTES)
         except EOFError:
             return
-        job = pickle.loads(payload)  # from the grader, which started this process
-        answer, data = run_job(walls, harness, job)
+        payload, cases = held.take(header, payload)
+        job = {**pickle.loads(payload), "cases": cases}  # from the grader, which started this process
+        try:
+            answer, data = run_job(walls, harness, job, held)
+        finally:
+            held.done(cases)
         wire.write_message(answers, {**answer, "job": header.get("job")}, data)
 
 
 def _serve_one_inline(harness, requests: int, answers: int) -> None:
     """Without fork, one job runs in this very process, which then exits: the grader starts a fresh one."""
     try:
-        header, payload = wire.read_message(requests, max_payload=limits.JOB_BYTES)
+        header, payload = wire.read_job(requests, max_payload=limits.JOB_BYTES)
     except EOFError:
         return
-    job = pickle.loads(payload)
+    held = Held()
+    payload, cases = held.take(header, payload)
+    job = {**pickle.loads(payload), "cases": held.cases(cases)}
     try:
         data = harness.serialise(harness.run(job))
     except BaseException as e:  # noqa: BLE001
