@@ -147,17 +147,18 @@ def accounts():
 
 
 def reach(paths) -> list[str]:
-    """Shell lines that make ``paths`` reachable for every account inside a mount namespace: an ancestor
-    closed to others is covered by an open tmpfs, into which only the entry on the way is bound back."""
+    """Shell lines that make ``paths`` reachable for every account inside a mount namespace: each ancestor
+    closed to others is covered by an open tmpfs, into which only the entries on the way are bound back (the
+    outermost first, so that one closed folder inside another, a clone in a 0700 folder of /root, is reached
+    through the bind of the first)."""
     closed: dict[Path, set[Path]] = {}
     for path in map(Path, paths):
         for parent in reversed(path.parents):
             if parent != path.parents[-1] and not parent.stat().st_mode & stat.S_IXOTH:
                 closed.setdefault(parent, set()).add(Path(*path.parts[:len(parent.parts) + 1]))
-                break
     lines = []
-    for n, (parent, entries) in enumerate(closed.items()):
-        staged = {entry: f"/srv/.reach-{n}-{m}" for m, entry in enumerate(sorted(entries))}
+    for n, parent in enumerate(sorted(closed, key=lambda p: len(p.parts))):
+        staged = {entry: f"/srv/.reach-{n}-{m}" for m, entry in enumerate(sorted(closed[parent]))}
         lines += [f"mkdir {stage} && mount --bind {shlex.quote(str(e))} {stage}" for e, stage in staged.items()]
         lines.append(f"mount -t tmpfs -o mode=755 tmpfs {shlex.quote(str(parent))}")
         lines += [f"mkdir -p {shlex.quote(str(e))} && mount --bind {stage} {shlex.quote(str(e))} && umount {stage}"
