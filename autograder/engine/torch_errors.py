@@ -72,6 +72,21 @@ _RULES = (
     (r"selected index k out of range",
      lambda m: "topk 要取的个数 k 比这一维的长度还大：先和这一维的长度取较小的那个（min(k, x.shape[-1])），"
                "k 不小于长度时就是全都留下。"),
+    (r"index (-?\d+) is out of bounds for dimension (\d+) with size (\d+)",
+     lambda m: (f"取下标 {m[1]} 时，第 {m[2]} 维是空的（长度 0）：多半是前面的切片切空了。按块切的话，第 i 块是 "
+                "x[..., start:start + C]，终点要写 start + C，不是 C；也看看 range 的终点和步长。") if m[3] == "0" else
+               f"下标 {m[1]} 超出了范围：第 {m[2]} 维只有 {m[3]} 个（下标从 0 到 {int(m[3]) - 1}，或从 −{m[3]} 到 −1）。"),
+    (r"index out of range in self",
+     lambda m: "用下标查表（nn.Embedding、index_select）时有下标超出了表的大小：送进模型的 token id 要在 0 到词表大小 − 1 "
+               "之间，形状是 [B, T]。新 token 是 argmax 选出来的话，要沿词表那一维取（argmax(dim=-1)）：不给 dim 时，"
+               "argmax 在展平后的整个张量上取下标，得到的数会超过词表大小。"),
+    (r'Error\(s\) in loading state_dict for (\w+):(?=\s*(?:Missing|Unexpected) key)(?:\s*Missing key\(s\) in state_dict: ((?:"[^"]*"(?:, )?)+)\.)?'
+     r'(?:\s*Unexpected key\(s\) in state_dict: ((?:"[^"]*"(?:, )?)+)\.)?',
+     lambda m: f"load_state_dict 把权重按名字装进 {m[1]}，名字对不上："
+               + (f"模块里有 {m[2]}，权重里没有；" if m[2] else "")
+               + (f"权重里的 {m[3]} 在模块里找不到（它们要是模块的参数）。" if m[3] else "")
+               + "参数名按练习的约定写；权重要写成 self.weight = nn.Parameter(...)：存成普通张量（self.weight = "
+               "torch.ones(dim)）的话，它不是参数，不在 state_dict 里，也就装不进去。"),
     (r"AssertionError",
      lambda m: "这是代码里自己写的 assert：它假设的条件在这个用例上不成立。对照用例的参数想一想，这个假设是不是约定保证的"
                "（约定没有保证的，评分就可能用到）；要是你想检查输入，条件要和约定一字不差。"),

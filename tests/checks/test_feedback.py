@@ -16,7 +16,7 @@ from tests import tiers
 from tests.natural_mistakes import a08 as natural_a08
 from tests.natural_mistakes import patch
 from tests.natural_mistakes import source as natural_source
-from tests.students import a01, a02, a03, a04, a07, a08
+from tests.students import a01, a02, a03, a04, a05, a07, a08
 
 REAL_MODEL = {e.name for e in ASSIGNMENTS["07_real_model"]}
 
@@ -118,6 +118,17 @@ def test_an_exercises_own_mistake_is_named_beside_a_broken_base_that_cannot_reac
     hot = a07.CORRECT["sampling_probs"].replace("z = logits / temperature", "z = logits * temperature")
     verdict = judge(EXERCISES["sample_generate"], a07.cells({"sampling_probs": hot}), sandbox)
     assert verdict.summary == "没有通过：用到的 sampling_probs 还没通过它自己的检查" and not verdict.mistake, verdict.message
+
+
+def test_a_gradient_through_a_broken_gate_names_the_gate(sandbox):
+    """gate_gradient whose y comes from the student's apply_output_gate, which forgot the sigmoid: the gate is named
+    as the cause; with a correct gate the same gradient passes."""
+    through_gate = a05.CORRECT["gate_gradient"].replace("err = r + g * o - t", "err = r + apply_output_gate(o, x @ w) - t")
+    no_sigmoid = next(code for name, named, code in a05.MISTAKES if named == "没有过 sigmoid")
+    assert judge(EXERCISES["gate_gradient"], a05.cells({"gate_gradient": through_gate}), sandbox).passed
+    verdict = judge(EXERCISES["gate_gradient"], a05.cells({"gate_gradient": through_gate,
+                                                           "apply_output_gate": no_sigmoid}), sandbox)
+    assert verdict.summary == "没有通过：用到的 apply_output_gate 还没通过它自己的检查", verdict.message
 
 
 def test_two_mistakes_in_one_function_are_both_named(sandbox):
@@ -236,9 +247,20 @@ ERRORS = {
     "bool mask": (lambda: torch.zeros(2, 2).masked_fill(torch.ones(2, 2), 0.0), "bool 张量"),
     "math on a tensor": (lambda: __import__("math").exp(torch.zeros(2, 3)), "torch.exp(x)"),
     "multinomial on 3-D": (lambda: torch.multinomial(torch.ones(2, 1, 5), 1), "logits[:, -1]"),
+    "an empty slice": (lambda: torch.zeros(2, 5)[:, 4:2][..., -1], "第 1 维是空的（长度 0）"),
+    "an index past the end": (lambda: torch.zeros(2, 5)[:, 7], "第 1 维只有 5 个"),
+    "a token id past the vocabulary": (lambda: torch.nn.Embedding(10, 4)(torch.tensor([[3, 12]])), "argmax(dim=-1)"),
+    "a weight that is no parameter": (lambda: _plain_weight().load_state_dict({"weight": torch.ones(3)}),
+                                      "权重里的 \"weight\" 在模块里找不到"),
     "conv weight": (lambda: torch.nn.functional.conv1d(torch.zeros(1, 2, 5, dtype=torch.bfloat16), torch.zeros(2, 1, 3),
                                                        groups=2), "卷积的输入是 bfloat16，权重却是 float32"),
 }
+
+
+def _plain_weight() -> torch.nn.Module:
+    norm = torch.nn.Module()
+    norm.weight = torch.zeros(3)
+    return norm
 
 
 def _unpack():

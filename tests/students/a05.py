@@ -84,6 +84,48 @@ def gate_gradient(x, w, r, o, t):
 def gate_gradient(x, w, r, o, t):
     g = torch.sigmoid(x @ w)
     return ((t - r - g * o) * o * g * (1 - g)) @ x
+'''),    ("gate_gradient", "tanh 的 1 − g²", '''
+def gate_gradient(x, w, r, o, t):
+    g = torch.sigmoid(x @ w)
+    y = r + g * o
+    return x.T @ ((y - t) * o * (1 - g ** 2))
+'''),
+    ("gate_gradient", "多了 1/2", '''
+def gate_gradient(x, w, r, o, t):
+    g = torch.sigmoid(x @ w)
+    dloss_dy = 0.5 * (r + g * o - t)
+    return (dloss_dy * o * g * (1 - g)) @ x
+'''),
+    ("gate_gradient", "取了平均", '''
+def gate_gradient(x, w, r, o, t):
+    g = torch.sigmoid(x @ w)
+    per_token = (r + g * o - t) * o * g * (1 - g)
+    return (per_token[:, None] * x).mean(dim=0)
+'''),
+    ("apply_output_gate", "tanh(gate)", '''
+def apply_output_gate(attn_out, gate):
+    return attn_out * gate.tanh()
+'''),
+    ("apply_output_gate", "sigmoid 包住了整个乘积", '''
+def apply_output_gate(attn_out, gate):
+    return torch.sigmoid(attn_out * gate)
+'''),
+    ("apply_output_gate", "每一行只用了一个门", '''
+def apply_output_gate(attn_out, gate):
+    g = torch.sigmoid(gate.mean(-1, keepdim=True))
+    return attn_out * g
+'''),
+    ("split_query_gate", "门已经过了 sigmoid", '''
+def split_query_gate(q_out, num_heads, head_dim):
+    b, t, _ = q_out.shape
+    per_head = q_out.view(b, t, num_heads, 2 * head_dim)
+    return per_head[..., :head_dim], per_head[..., head_dim:].sigmoid()
+'''),
+    ("split_query_gate", "奇偶交错", '''
+def split_query_gate(q_out, num_heads, head_dim):
+    b, t, _ = q_out.shape
+    pairs = q_out.reshape(b, t, num_heads, head_dim, 2)
+    return pairs[..., 0], pairs[..., 1]
 '''),
 ]
 

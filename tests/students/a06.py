@@ -86,6 +86,8 @@ MISTAKES = [
          "self.weight.to(torch.float32)", "self.weight")),
     ("ZeroCenteredRMSNorm", "weight 没有初始化成 0",
      CORRECT["ZeroCenteredRMSNorm"].replace("torch.zeros(dim)", "torch.ones(dim)")),
+    ("ZeroCenteredRMSNorm", "乘上了均方根",
+     CORRECT["ZeroCenteredRMSNorm"].replace("return (h / rms", "return (h * rms")),
     ("ZeroCenteredRMSNorm", "用 x.var() 代替了 mean(x²)",
      CORRECT["ZeroCenteredRMSNorm"].replace("torch.sqrt(h.square().mean(-1, keepdim=True) + self.eps)",
                                             "torch.sqrt(h.var(-1, keepdim=True) + self.eps)")),

@@ -40,6 +40,13 @@ MISTAKES = (
     Mistake("乘的是 SiLU(gate) = gate·sigmoid(gate)，不是 sigmoid(gate)", "输出门是 sigmoid(gate)，值在 0～1 之间，只负责开合；"
             "gate·sigmoid(gate) 是 SwiGLU 前馈层里的 SiLU，它没有上限，不是这里的门。",
             lambda out, gate: out * torch.nn.functional.silu(gate)),
+    Mistake("用了 tanh(gate)，不是 sigmoid(gate)", "tanh 的值在 −1～1 之间，分数为负时会把输出翻号；门要在 0～1 之间，"
+            "只开合、不翻号：sigmoid(gate)。", lambda out, gate: out * torch.tanh(gate)),
+    Mistake("sigmoid 包住了整个乘积：sigmoid(attn_out · gate)", "sigmoid 只作用在门分数上，过完再和注意力输出相乘："
+            "attn_out * sigmoid(gate)。", lambda out, gate: torch.sigmoid(out * gate)),
+    Mistake("每一行只用了一个门（门分数先取平均再过 sigmoid）", "门是逐元素的：每个维度有自己的门分数，"
+            "sigmoid(gate) 和 attn_out 一样形状，逐元素相乘。",
+            lambda out, gate: out * torch.sigmoid(gate.mean(dim=-1, keepdim=True))),
 )
 
 EXERCISE = Exercise("apply_output_gate", 2, apply_output_gate, cases, MISTAKES)

@@ -49,6 +49,13 @@ MISTAKES = (
             lambda x, w, r, o, t: 2 * gate_gradient(x, w, r, o, t)),
     Mistake("没有对 token 求和", "w 由所有 token 共用，梯度是每个 token 的贡献之和，形状是 [F]。",
             lambda x, w, r, o, t: (lambda g, err: (err * o * g * (1 - g))[:, None] * x)(*_parts(x, w, r, o, t))),
+    Mistake("sigmoid 的斜率写成了 tanh 的 1 − g²", "sigmoid 的导数是 g·(1 − g)；1 − g² 是 tanh 的导数。",
+            lambda x, w, r, o, t: (lambda g, err: (err * o * (1 - g * g)) @ x)(*_parts(x, w, r, o, t))),
+    Mistake("导数里多了 1/2：dL/dy 写成了 (y − t)/2", "损失是 (y − t)²/2，求导时指数 2 落下来，正好和 1/2 抵消："
+            "dL/dy = y − t。", lambda x, w, r, o, t: gate_gradient(x, w, r, o, t) / 2),
+    Mistake("对 token 取了平均，不是求和", "损失是各 token 平方误差的和（不是平均），梯度也是各 token 贡献之和："
+            "不要除以 token 数 N。", lambda x, w, r, o, t: gate_gradient(x, w, r, o, t) / x.shape[0]),
 )
 
-EXERCISE = Exercise("gate_gradient", 2, gate_gradient, cases, MISTAKES)
+# A student may make y with their own apply_output_gate: a broken one is named before this exercise is diagnosed.
+EXERCISE = Exercise("gate_gradient", 2, gate_gradient, cases, MISTAKES, uses=("apply_output_gate",))

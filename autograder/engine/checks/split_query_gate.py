@@ -35,6 +35,11 @@ MISTAKES = (
             lambda q, h, d: tuple(t.transpose(1, 2) for t in split_query_gate(q, h, d))),
     Mistake("没有拆出头这一维", "返回 [B, T, H, D]，不是 [B, T, H·D]。",
             lambda q, h, d: tuple(t.flatten(-2) for t in split_query_gate(q, h, d))),
+    Mistake("返回的门已经过了 sigmoid", "这个函数只负责切开：返回原始的门分数，sigmoid 留给 apply_output_gate。",
+            lambda q, h, d: (lambda query, gate: (query, torch.sigmoid(gate)))(*split_query_gate(q, h, d))),
+    Mistake("每个头的 2D 个数按奇偶交错拆开了", "每个头的 2D 个输出是两段相连的 [query_h | gate_h]：前 D 个是 query，"
+            "后 D 个是门，不是偶数位给 query、奇数位给门。",
+            lambda q, h, d: (lambda t: (t[..., 0], t[..., 1]))(q.unflatten(-1, (h, d, 2)))),
 )
 
 EXERCISE = Exercise("split_query_gate", 2, split_query_gate, cases, MISTAKES, output_names=("query", "gate"))
