@@ -8,21 +8,25 @@ class, not just that student. Here every submitted cell is matched against the r
 the gradebook holds them (grade_id, type, points, checksum, source), and its nbgrader metadata is rebuilt
 from them:
 
-- a cell whose source is a released locked cell's (the instructor's test code) is that cell, whatever its
-  metadata says; a second copy of it is dropped, since it holds nothing the student wrote;
+- a cell whose source is a released locked cell's (the instructor's test code, as released: the gradebook's
+  copy with its hidden tests taken out, as ``nbgrader generate_assignment`` took them out) is that cell,
+  whatever its metadata says; a second copy of it is dropped, since it holds nothing the student wrote;
 - otherwise a cell carrying a released unlocked grade_id (a solution cell) is that cell, the first one only;
 - every other cell is the student's own: its nbgrader metadata is removed, its code is graded as theirs;
 - a released grade cell found nowhere is put back where it was released, so that it is graded, with the
   released points.
 
-The nbgrader preprocessors after it (``DeduplicateIds``, ``OverwriteCells``, ``CheckCellMetadata``) then
-find a notebook in the released format, whose points are the released points.
+A locked cell gets the gradebook's source back (its hidden tests too), as ``OverwriteCells`` would; done here, an
+honest notebook gives nbgrader nothing to warn about, so that every warning in the formgrader's Autograde dialog
+is about a notebook that was changed. The nbgrader preprocessors after it (``DeduplicateIds``,
+``OverwriteCells``, ``CheckCellMetadata``) then find a notebook in the released format, whose points are the
+released points.
 """
 from nbformat import NotebookNode
 from nbformat.v4 import new_code_cell, new_markdown_cell
 from nbgrader.api import Gradebook
 from nbgrader.nbgraderformat import MetadataValidator
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 
 
 def released_metadata(notebook) -> dict[str, dict]:
@@ -72,7 +76,8 @@ class ReleasedCells(NbGraderPreprocessor):
             notebook = gradebook.find_notebook(info["notebook"], info["assignment"])
             released = list(notebook.source_cells)
             metadata = released_metadata(notebook)
-        locked_sources = {cell.source: cell.name for cell in released if cell.locked}
+        locked_sources = {source: cell.name for cell in released if cell.locked
+                          for source in (cell.source, self._as_released(cell.source))}
         placed, cells = set(), []
         for cell in nb.cells:
             grade_id = self._identify(cell, metadata, locked_sources, placed)
@@ -82,9 +87,18 @@ class ReleasedCells(NbGraderPreprocessor):
             self._set_metadata(cell, metadata.get(grade_id))
             if grade_id is not None:
                 placed.add(grade_id)
+                if metadata[grade_id]["locked"]:  # its hidden tests back, as OverwriteCells would put them, unlogged
+                    cell.source = next(c.source for c in released if c.name == grade_id)
             cells.append(cell)
         nb.cells = self._with_missing_grade_cells(cells, released, metadata, placed)
         return nb, resources
+
+    def _as_released(self, source: str) -> str:
+        """A locked cell's source as students got it: its hidden tests removed by nbgrader's own preprocessor, with
+        this course's configuration (its delimiters)."""
+        cell = NotebookNode(source=source)
+        ClearHiddenTests(config=self.config)._remove_hidden_test_region(cell)
+        return cell.source
 
     @staticmethod
     def _identify(cell, metadata, locked_sources, placed) -> str | None:

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 
+import nbformat
 import pytest
 from nbformat.corpus.words import generate_corpus_id as random_cell_id
 from nbgrader.api import Gradebook
@@ -120,3 +121,17 @@ def test_each_student_gets_the_marks_of_what_they_wrote(autograded, student):
     got = {name: marks for name, marks in every.items() if not name.startswith("answer_")}
     assert {name: max_score for name, (_, max_score) in got.items()} == POINTS  # the released points
     assert {name: score for name, (score, _) in got.items()} == STUDENTS[student][1]
+
+
+def test_an_honest_notebook_gives_nbgrader_nothing_to_warn_about(autograded):
+    """Each test cell once, with its hidden tests back, and not one warning while the honest notebook is graded:
+    the formgrader's Autograde dialog shows warnings only for notebooks that were changed."""
+    root, done = autograded
+    honest_log = done.stderr.split(f"submitted/{HONEST}/", 1)[1]
+    assert "WARNING" not in honest_log, honest_log
+    graded = nbformat.read(root / "autograded" / HONEST / FIRST / f"{FIRST}.ipynb", as_version=4)
+    released = nbformat.read(root / "release" / FIRST / f"{FIRST}.ipynb", as_version=4)
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in graded.cells]
+    assert len(graded.cells) == len(released.cells) and all(ids.count(i) == 1 for i in ids if i)
+    tests = [c for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith("tests_")]
+    assert tests and all("BEGIN HIDDEN TESTS" in c.source for c in tests)
