@@ -14,11 +14,12 @@ For integrators (a web service, another LMS), two functions give the same verdic
 
 A ``Verdict`` has ``exercise``, ``points``, ``max_points``, ``passed``, ``summary`` (one line), ``details``,
 ``message`` (both), ``mistake`` (the known mistake matched, or "") and ``grader_problem`` (True when the
-grader, not the student, failed). Student code runs in the sandbox, never in the calling process; one fork
+grader, not the student, failed). ``grade_notebook`` raises ``SubmissionError`` when a path's assignment cannot be
+told (its name names none, or several). Student code runs in the sandbox, never in the calling process; one fork
 server is started on first use and serves the whole process.
 """
 
-__all__ = ["grade_notebook", "grade_code", "Verdict"]
+__all__ = ["grade_notebook", "grade_code", "Verdict", "SubmissionError"]
 
 
 def __getattr__(name):
@@ -31,4 +32,8 @@ def __getattr__(name):
         from autograder.engine.model import Verdict
 
         return Verdict
+    if name == "SubmissionError":
+        from autograder.engine.submission import SubmissionError
+
+        return SubmissionError
     raise AttributeError(f"module 'autograder' has no attribute {name!r}")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
+#SBATCH --run-this-script-with-bash-not-sbatch
 # Grade a large class on a Slurm cluster: an array of SHARDS tasks, each grading every SHARDS-th student on
 # the cores Slurm gives it, then one job that merges the shards' outputs into the files one run writes.
-# Run this script, do not sbatch it: it submits the array and the merge itself, and cancels at once, with
+# Run this script, do not sbatch it (sbatch stops at once at the option above, which it does not know): it
+# submits the array and the merge itself, and cancels at once, with
 # Slurm's reason, a request the cluster can never start (more cores or memory than any node of the
 # partition has, a time over its limit), which sbatch would accept and leave pending forever.
 #
@@ -66,14 +68,16 @@ submit)
         esac
     done
     mkdir -p "$OUT/logs"
+    # Each job runs this script through --wrap: sbatch given the file itself would stop at its #SBATCH line.
+    job=(--wrap="exec bash $(printf '%q' "$(readlink -f "$0")")")
     export CLASS OUT SHARDS COURSE_GRADE_STEP=shard   # the jobs' environment is this one's (sbatch --export=ALL)
     array=$(submit "$@" --job-name=course-grade --array="1-$SHARDS" --cpus-per-task="$CPUS" \
-        --mem-per-cpu="$MEM_PER_CPU" --time="$TIME" --output="$OUT/logs/course-grade-%A_%a.log" "$0")
+        --mem-per-cpu="$MEM_PER_CPU" --time="$TIME" --output="$OUT/logs/course-grade-%A_%a.log" "${job[@]}")
     # The merge starts once every task has succeeded; if one fails, Slurm cancels the merge.
     COURSE_GRADE_STEP=merge
     merge=$(submit "$@" --job-name=course-grade-merge --dependency="afterok:$array" --kill-on-invalid-dep=yes \
         --cpus-per-task=1 --mem-per-cpu="$MEM_PER_CPU" --time="$MERGE_TIME" \
-        --output="$OUT/logs/course-grade-merge-%j.log" "$0") || { scancel "$array"; exit 1; }
+        --output="$OUT/logs/course-grade-merge-%j.log" "${job[@]}") || { scancel "$array"; exit 1; }
     echo "course-grade: array job $array ($SHARDS tasks of $CPUS CPUs) and merge job $merge submitted;" \
         "squeue --jobs=$array,$merge shows them, the class's files will be in $OUT/class"
     ;;

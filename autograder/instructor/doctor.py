@@ -128,7 +128,8 @@ def check_nbgrader():
     enabled = any("nbgrader" in line and "enabled" in line for line in text.splitlines())
     if enabled:
         return Finding(WARN, "nbgrader 的 JupyterLab 扩展开着：会出现 Formgrader、Create Assignment 这些老师用的菜单",
-                       "学生不需要它：python -m pip uninstall nbgrader，或 jupyter labextension disable @jupyter/nbgrader")
+                       "老师的机器：这正是要用的，不用管这一条。学生的机器：学生不需要它，python -m pip uninstall nbgrader，"
+                       "或 jupyter labextension disable @jupyter/nbgrader")
     return Finding(OK, "nbgrader 装了，但它的 JupyterLab 扩展是关着的")
 
 

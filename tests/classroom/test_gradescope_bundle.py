@@ -205,6 +205,12 @@ def test_course_gradescope_wants_an_assignment_or_an_image(tmp_path, capsys):
     assert "not empty" in capsys.readouterr().err
 
 
+def test_the_bundle_goes_into_a_folder_that_is_not_there_yet(tmp_path):
+    target = tmp_path / "out" / "gradescope" / "autograder.zip"
+    assert gradescope_bundle.main([A, "-o", str(target)]) == 0
+    assert {"setup.sh", "run_autograder"} <= set(zipfile.ZipFile(target).namelist())
+
+
 def test_the_grading_install_leaves_jupyterlab_out_and_a_pyproject_that_hides_it_is_refused():
     text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     graded = gradescope_bundle.grading_pyproject(text)

@@ -35,7 +35,10 @@ def test_the_slurm_array_job():
     assert len(commands) == 2 and "--merge" in commands[1]
     for command in commands:
         accepted(command)
-    assert "#SBATCH" not in script  # a second place for a size, which could disagree with the variables
+    # No size in an #SBATCH line (a second place for it, which could disagree with the variables): the one
+    # directive is the option sbatch does not know, so that sbatch refuses the script as it is submitted.
+    assert [line for line in script.splitlines() if line.startswith("#SBATCH")] == [
+        "#SBATCH --run-this-script-with-bash-not-sbatch"]
     for size in ("SHARDS", "CPUS", "MEM_PER_CPU", "TIME"):
         assert re.search(rf"^{size}=\$\{{{size}:-[^}}]+\}}", script, re.MULTILINE), size
 

@@ -8,7 +8,6 @@ import pytest
 
 import autograder
 from autograder.engine.assignments import ASSIGNMENTS
-from autograder.engine.submission import SubmissionError
 from tests.notebooks import ASSIGNMENT, filled, released_path, source_solutions, write_submission
 from tests.students import a01
 
@@ -44,7 +43,7 @@ def test_bad_requests_say_what_is_wrong(tmp_path):
         autograder.grade_code("causal_msk", "")
     stray = tmp_path / "homework.ipynb"
     stray.write_text("{}", encoding="utf-8")
-    with pytest.raises(SubmissionError, match="属于哪个作业"):
+    with pytest.raises(autograder.SubmissionError, match="属于哪个作业"):
         autograder.grade_notebook(stray)
     broken = tmp_path / f"{ASSIGNMENT}.ipynb"
     broken.write_text("{", encoding="utf-8")
@@ -67,7 +66,7 @@ def test_whatever_the_path_holds_the_verdicts_say_so_and_nothing_raises(tmp_path
         assert len(verdicts) == len(ASSIGNMENTS[ASSIGNMENT]), what
         assert all(v.points == 0 and ("不是普通文件" in v.summary or "无法读取" in v.summary) for v in verdicts), \
             (what, verdicts[0].summary)
-    with pytest.raises(SubmissionError, match="不是 notebook（.ipynb），也不是文件夹"):
+    with pytest.raises(autograder.SubmissionError, match="不是 notebook（.ipynb），也不是文件夹"):
         autograder.grade_notebook("/proc/self/mem")
-    with pytest.raises(SubmissionError, match="不存在"):
+    with pytest.raises(autograder.SubmissionError, match="不存在"):
         autograder.grade_notebook(tmp_path / "nothing here")

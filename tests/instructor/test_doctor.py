@@ -126,6 +126,7 @@ def test_nbgraders_menus_go_with_the_command_it_names(tmp_path, monkeypatch):
         pytest.skip("nbgrader's JupyterLab extension is disabled for this whole environment")
     command = "jupyter labextension disable @jupyter/nbgrader"
     assert shown.mark == doctor.WARN and command in shown.fix and "python -m pip uninstall nbgrader" in shown.fix
+    assert "老师的机器：这正是要用的" in shown.fix  # an instructor is not told to remove the formgrader
     # As named, but at the user level (this test's folder) instead of the environment's.
     done = subprocess.run([*shlex.split(command), "--level=user"], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr

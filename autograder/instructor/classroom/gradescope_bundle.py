@@ -199,6 +199,7 @@ def build(assignment: str, target: Path, visibility: str = "after_due_date", rep
              "run_autograder": (RUN.format(assignment=shlex.quote(assignment),
                                            visibility=shlex.quote(visibility)).encode(), True),
              **_installable(repo)}
+    target.parent.mkdir(parents=True, exist_ok=True)  # -o out/autograder.zip makes out/, as --image makes its folder
     with zipfile.ZipFile(target, "w") as bundle:
         for name, (data, executable) in files.items():
             bundle.writestr(_entry(name, executable), data)
