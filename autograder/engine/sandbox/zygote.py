@@ -100,9 +100,9 @@ def _wait_briefly(pid: int, seconds: float) -> tuple[int, int, float]:
 
 
 def run_job(walls: Walls, harness, job: dict, held: Held) -> tuple[dict, bytes]:
-    """Fork a walled child for ``job``, whose ``cases`` ``held`` finds, and return the answer for the grader; none where the probe run could read
-    an answer or change what grading relies on (``walls.refusal``: fail closed, the grader reports every exercise
-    as its own problem, with the reason).
+    """Fork a walled child for ``job`` (``held`` finds its cases) and return the answer for the grader; none where
+    the probe run could read an answer or change what grading relies on (``walls.refusal``: fail closed, the
+    grader reports every exercise as its own problem, with the reason).
 
     The child may use ``job["cpu"]`` seconds of CPU time (``RLIMIT_CPU``) within ``job["timeout"]`` seconds of
     wall time. Every answer says how much CPU it used (``cpu_s``); one that used up its CPU time is a
