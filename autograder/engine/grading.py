@@ -21,7 +21,8 @@ from autograder.engine.sandbox.client import Sandbox, shared
 from autograder.engine.student_code import Cell
 from autograder.engine.submission import SubmissionError, notebooks
 
-OUT_OF_TIME = ("整本 notebook 的评分时间是 {cap:g} 秒 CPU 时间，前面的练习已经用了 {used:.1f} 秒，剩下的不到 {least:g} 秒，"
+# No measured figure in it: the verdict's text is the same on every machine and in every run.
+OUT_OF_TIME = ("整本 notebook 的评分时间是 {cap:g} 秒 CPU 时间，前面的练习用过之后剩下的不到 {least:g} 秒，"
                "不够评这一题，这一题没有评分：前面的练习是不是有死循环，或者算得特别慢？")
 OUT_OF_WALL = "机器太忙：整本 notebook 已经评了 {wall:.0f} 秒（CPU 时间还没用完），这一题没有评分"
 
@@ -105,7 +106,7 @@ def grade_cells(assignment: str, cells: list[Cell] | NotebookError, sandbox: San
             verdicts.append(judge(exercise, cells, sandbox, limits.EXERCISE_TIMEOUT_S, given))
         elif left < limits.LEAST_EXERCISE_S:
             verdicts.append(Verdict(exercise.name, 0, exercise.points, OUT_OF_TIME.format(
-                cap=cap_s, used=cap_s - left, least=limits.LEAST_EXERCISE_S)))
+                cap=cap_s, least=limits.LEAST_EXERCISE_S)))
         elif wall > cap_s * limits.BUSY_RETRY_FACTOR:
             verdicts.append(grader_problem(exercise, OUT_OF_WALL.format(wall=wall)))
         else:
