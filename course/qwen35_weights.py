@@ -82,11 +82,15 @@ class Checkpoint:
     synthetic: bool
     partial: bool = False
 
-    def describe(self, layers: str = "3") -> str:
+    def describe(self, layers: str = "3", generated: bool = False) -> str:
         """One line for people: what these weights are and where they come from; ``layers`` is what the line
-        suggests fetching (``course-weights qwen35 --layers LAYERS``) instead of the stand-in."""
+        suggests fetching (``course-weights qwen35 --layers LAYERS``) instead of the stand-in. ``generated``: the
+        weights are (partly) the stand-in's layers that the course generates into its cache, not the shipped ones."""
         if self.synthetic:
-            return (f"合成的替身（{_display(self.folder)}）：格式和真模型一样，数值是随机的，不是训练好的模型；"
+            where = _display(self.folder)
+            if generated:
+                where = f"{where} 里只有配置和第 3 层的注意力，其余按固定种子生成，存在 {stand_in_folder()}"
+            return (f"合成的替身（{where}）：格式和真模型一样，数值是随机的，不是训练好的模型；"
                     f"要用真模型，运行 `course-weights qwen35 --layers {layers}`、设 {ENV_VAR}，或下载 {REPO_ID}")
         if self.partial:
             return f"{REPO_ID}，在 {self.folder}（课程读的那些张量，由 `course-weights qwen35` 取来）"
@@ -208,7 +212,7 @@ def load_linear_attention_layer(layer: int, path=None, dtype=None, *, verbose: b
     weights = {name: read(prefix + name, shape, (stored, torch.float32) if name in FLOAT32_ALLOWED else stored)
                for name, shape in linear_attention_shapes(config).items()}
     if verbose:
-        print(f"第 {layer} 层的权重：{checkpoint.describe(layers='0-3')}")
+        print(f"第 {layer} 层的权重：{checkpoint.describe(layers='0-3', generated=True)}")
     return _cast(weights, dtype)
 
 
@@ -256,7 +260,7 @@ def load_mlp(layer: int, path=None, dtype=None, *, verbose: bool = True) -> dict
                          f"the stand-in MLP of layer {layer}", lambda: qwen35_stand_in.mlp_bytes(config, layer))
     weights = {name: read(prefix + name, shape, _stored_dtype(config)) for name, shape in mlp_shapes(config).items()}
     if verbose:
-        print(f"第 {layer} 层 MLP 的权重：{checkpoint.describe(layers='0-3')}")
+        print(f"第 {layer} 层 MLP 的权重：{checkpoint.describe(layers='0-3', generated=True)}")
     return _cast(weights, dtype)
 
 
@@ -271,7 +275,7 @@ def load_layer(layer: int, path=None, dtype=None, *, verbose: bool = True) -> di
     mixer = load_linear_attention_layer if _layer_type(layer, config) == LINEAR_ATTENTION else load_attention_layer
     weights = {**mixer(layer, path, dtype, verbose=False), **load_mlp(layer, path, dtype, verbose=False)}
     if verbose:
-        print(f"第 {layer} 层的权重：{checkpoint.describe(layers='0-3')}")
+        print(f"第 {layer} 层的权重：{checkpoint.describe(layers='0-3', generated=True)}")
     return weights
 
 

@@ -844,6 +844,8 @@ ax.set_xscale("log", base=2)
 ax.set_yscale("log", base=2)
 ax.set_xlabel("序列长度 T")
 ax.set_ylabel("一个头的分数占用（MiB，float32）")
+ax.set_title("整张分数表和一块分数各占多少内存")
+ax.grid(True, which="both", alpha=0.3)
 ax.legend()
 plt.show()
 
@@ -856,8 +858,9 @@ plt.show()
 # ### bf16 的精度丢在哪里
 #
 # bfloat16 只有 8 位有效二进制位（约 2～3 位十进制有效数字）。注意力里最吃亏的是分数 $QK^\top$：它先被舍入到 bf16，
-# 再进 exp，误差被放大。所以 Hugging Face 的注意力把 softmax 放在 float32 里算，FlashAttention 也把 $m$、$z$、$a$
-# 留在 float32。量一量：同样的 bf16 输入，以 float64 的结果为准：
+# 再进 exp，误差被放大。放到 float32 里的是哪一步，差别很大：Hugging Face 的 eager 注意力在 bf16 里乘出分数，
+# **之后**才转成 float32 做 softmax；FlashAttention 的分数从乘出来起就是 float32（矩阵乘在 float32 里累加，不先舍入成 bf16），
+# $m$、$z$、$a$ 也留在 float32。你的 online softmax 是后一种。量一量：同样的 bf16 输入，以 float64 的结果为准：
 
 # %%
 torch.manual_seed(0)
@@ -868,14 +871,17 @@ q_b, k_b, v_b = q_h.bfloat16(), k_h.bfloat16(), v_h.bfloat16()
 
 rounded_inputs_only, _ = attention(q_b.double(), k_b.double(), v_b.double(), mask_h)
 all_bf16, _ = attention(q_b, k_b, v_b, mask_h)
+scores_b = q_b @ k_b.transpose(-2, -1) / math.sqrt(q_b.shape[-1])  # multiplied out in bf16, as Hugging Face does
+softmax_in_float32 = torch.softmax(scores_b.float().masked_fill(~mask_h, float("-inf")), dim=-1).to(v_b.dtype) @ v_b
 scores_in_float32 = online_softmax_attention(q_b, k_b, v_b, mask_h, block_size=64)
 for label, result in [("只把输入舍入成 bf16，其余精确", rounded_inputs_only), ("全程 bf16", all_bf16),
-                      ("online softmax（分数和 m、z、a 用 float32）", scores_in_float32)]:
+                      ("分数在 bf16 里乘出，softmax 用 float32（Hugging Face）", softmax_in_float32),
+                      ("online softmax（分数和 m、z、a 用 float32，FlashAttention）", scores_in_float32)]:
     print(f"{label}：最大误差 {(result.double() - exact).abs().max().item():.4f}")
 
 # %% [markdown]
-# 输入本身舍入成 bf16 的那份误差谁也躲不掉；在这之上，全程 bf16 又多出一截，主要来自分数的舍入。
-# 分数和累加留在 float32 时，误差就回到只舍入输入的水平。（你的练习 6 如果全程用 bf16 累加，评分也能通过：
+# 输入本身舍入成 bf16 的那份误差谁也躲不掉；在这之上，全程 bf16 又多出一截，主要来自分数的舍入。只把 softmax 换成
+# float32 救不回这一截：分数在乘出来的时候已经舍入过了。分数从一开始就留在 float32 时，误差才回到只舍入输入的水平。（你的练习 6 如果全程用 bf16 累加，评分也能通过：
 # 评分的容差是按 bf16 的舍入定的。）
 
 # %% [markdown]

@@ -743,14 +743,15 @@ plt.show()
 # ### prefill 和 decode
 #
 # 生成分两个阶段。**prefill**：整段提示词一次送进去，$q_{len} = k_{len} = T$。**decode**：之后每步只送 1 个新 token，
-# 它要看缓存里的全部位置，$q_{len} = 1$，$k_{len} = L$。拿 Qwen3.5 的一层比一比：
+# 它要看缓存里的全部位置加上它自己，$q_{len} = 1$，$k_{len}$ 是到它为止的长度。拿 Qwen3.5 的一层比一比，decode 的那一步
+# 取 $k_{len} = T$，和 prefill 的最后一个 token 看到的一样多：
 
 # %%
 prompt = 4096
 prefill_flops = attention_flops(1, prompt, prompt, **qwen)
 decode_flops = attention_flops(1, 1, prompt, **qwen)
 print(f"prefill {prompt:,} 个 token：{prefill_flops / 1e9:.1f} GFLOP，平均每个 token {prefill_flops / prompt / 1e6:.2f} MFLOP")
-print(f"decode 1 个 token（L = {prompt:,}）：{decode_flops / 1e6:.2f} MFLOP")
+print(f"decode 1 个 token（k_len = {prompt:,}）：{decode_flops / 1e6:.2f} MFLOP")
 
 # %% [markdown]
 # 按这种数法，prefill 平均每个 token 的 FLOPs 和 decode 一个 token 的一模一样：都是 $2dD(2H + 2H_{kv}) + 4H\,T D$。
@@ -862,7 +863,10 @@ plt.show()
 # 时间在这个范围里几乎是平的（它也会随 $L$ 慢慢增长：新 query 要和所有缓存的 key 比一遍，还要把缓存读一遍）。
 #
 # 上一节的数法说，没有缓存的一步正好是有缓存的一步的 $L + 1$ 倍 FLOPs（prefill 每个 token 和 decode 一个 token 一样多）。
-# 量出来的时间之比却小得多：只算一个 token 时矩阵太小，时间主要花在读权重、读缓存和每次调用的固定开销上，而不是运算上。
+# 量出来的时间之比和它对不上（看上面打印的数）。上下文短时，时间之比小得多：只算一个 token 时矩阵太小，时间主要花在读权重、
+# 读缓存和每次调用的固定开销上，而不是运算上。上下文长了，时间之比却涨得比 FLOPs 之比快（看 512 到 1024 这一步：FLOPs 之比
+# 翻一倍，时间之比涨得更多），在有的机器上还会反超：没有缓存的那一步还要建一张 $(L+1) \times (L+1)$ 的掩码，在整张表上做
+# `masked_fill` 和 softmax，这些都不在 FLOPs 的数法里，整张表还要在内存里来回读写好几遍。FLOPs 只是时间的一部分。
 #
 # 生成 $N$ 个 token 的总时间，前者大约随 $N^2$ 到 $N^3$ 增长，后者大约随 $N$ 到 $N^2$。代价就是第 6 节算的那份显存：
 # KV cache 是用空间换时间，GQA 和 MQA 则让这份空间小一些。

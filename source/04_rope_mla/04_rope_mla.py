@@ -156,7 +156,7 @@ plt.show()
 #
 # - **位置插值**（PI）：所有频率都除以 $s$，等于把位置 $m$ 当成 $m/s$。远处的角度回到了见过的范围，可快对也慢了 $s$ 倍，
 #   相邻几个 token 的距离变得难分。
-# - **NTK-aware**：把 theta 调大到 $\text{theta}\cdot s^{d_r/(d_r-2)}$。第 0 对不变，最后一对正好慢 $s$ 倍，中间渐变：
+# - **NTK-aware**：把 theta 调大到 $\text{theta}\cdot s^{d_{rope}/(d_{rope}-2)}$（$d_{rope}$ 是参与旋转的维数）。第 0 对不变，最后一对正好慢 $s$ 倍，中间渐变：
 #   高频几乎保留，低频被拉长。
 # - **YaRN**：看每一对在训练长度里转了几圈，$\rho_i = T_{\text{train}}/\lambda_i$。转了 $\beta = 32$ 圈以上的不动，
 #   不到 $\alpha = 1$ 圈的按 PI 除以 $s$，中间按 $\rho_i$ 线性过渡。此外，分数再乘一个"温度" $(0.1\ln s + 1)^2$
@@ -164,12 +164,12 @@ plt.show()
 # - **Llama 3 的 rope scaling**（factor 8，`low_freq_factor` 1，`high_freq_factor` 4，原始上下文 8192）：波长超过
 #   $8192/1$ 的对除以 8，短于 $8192/4$ 的不动，中间平滑过渡。
 #
-# 用 Llama 3.1 的真实设置画出来：$d_r = 128$（64 对）、theta $= 5\times10^5$、$T_{\text{train}} = 8192$、$s = 8$。
+# 用 Llama 3.1 的真实设置画出来：$d_{rope} = 128$（64 对）、theta $= 5\times10^5$、$T_{\text{train}} = 8192$、$s = 8$。
 
 # %%
-d_r_llama, theta_llama, train_len, s_ext = 128, 500_000.0, 8192, 8
-pairs_llama = torch.arange(d_r_llama // 2)
-base_freq = theta_llama ** (-2 * pairs_llama.double() / d_r_llama)      # θ_i, [d_r / 2]
+d_rope_llama, theta_llama, train_len, s_ext = 128, 500_000.0, 8192, 8
+pairs_llama = torch.arange(d_rope_llama // 2)
+base_freq = theta_llama ** (-2 * pairs_llama.double() / d_rope_llama)      # θ_i, [d_rope / 2]
 
 
 def ramp_frequencies(freq: torch.Tensor, scale: float, context: int, alpha: float, beta: float) -> torch.Tensor:
@@ -189,7 +189,7 @@ def llama3_frequencies(freq: torch.Tensor, factor=8, low_freq_factor=1, high_fre
 
 extended = {
     "位置插值（PI）": base_freq / s_ext,
-    "NTK-aware": (theta_llama * s_ext ** (d_r_llama / (d_r_llama - 2))) ** (-2 * pairs_llama.double() / d_r_llama),
+    "NTK-aware": (theta_llama * s_ext ** (d_rope_llama / (d_rope_llama - 2))) ** (-2 * pairs_llama.double() / d_rope_llama),
     "YaRN（α = 1，β = 32）": ramp_frequencies(base_freq, s_ext, train_len, 1, 32),
     "Llama 3": llama3_frequencies(base_freq),
 }
@@ -209,7 +209,7 @@ for length, text in [(train_len, "8192 = T_train"), (train_len // 4, "2048 = T_t
 ax_wl.set_yscale("log")
 ax_wl.set_xlabel("第 i 对")
 ax_wl.set_ylabel("波长 λᵢ（位置数，对数坐标）")
-ax_wl.set_title("扩展前后每一对的波长（d_r = 128，theta = 5e5）")
+ax_wl.set_title("扩展前后每一对的波长（d_rope = 128，theta = 5e5）")
 ax_wl.legend(fontsize=8)
 ax_stretch.set_xlabel("第 i 对")
 ax_stretch.set_ylabel("波长被拉长的倍数 λ′ᵢ / λᵢ")
@@ -242,7 +242,7 @@ print(f"NTK-aware：第 0 对拉长 {(base_freq / extended['NTK-aware'])[0]:.2f}
 # 旋转要用的只是每个位置、每一对的 $\cos$ 和 $\sin$。先把它们做成两张表，之后所有的头、所有的层都查同一张表。
 #
 # 输入 `positions` 是整数张量 `[T]`（不一定从 0 开始：带缓存时是 `len(cache)` 往后的几个位置），
-# `rotary_dim`（记作 $d_r$）是参与旋转的维数（偶数）。返回 `(cos, sin)`，形状都是 `[T, rotary_dim]`，float32：
+# `rotary_dim`（记作 $d_{rope}$，MLA 一节也这么叫）是参与旋转的维数（偶数）。返回 `(cos, sin)`，形状都是 `[T, rotary_dim]`，float32：
 #
 # - 第 $i$ 个频率是 $\text{theta}^{-2i/\text{rotary\_dim}}$，$i = 0, \dots, \text{rotary\_dim}/2 - 1$；
 # - 表的第 $m$ 行、第 $i$ 列是角度 $m\,\theta_i$；
@@ -1159,7 +1159,7 @@ plt.show()
 #
 # | 名字 | 做什么 | 要守住的细节 |
 # |---|---|---|
-# | `rope_cos_sin` | RoPE 的 cos / sin 表 | `theta ** (-arange(0, rotary_dim, 2) / rotary_dim)`（$d_r$ 维）；`cat(freqs, freqs)`；位置可以不从 0 开始 |
+# | `rope_cos_sin` | RoPE 的 cos / sin 表 | `theta ** (-arange(0, rotary_dim, 2) / rotary_dim)`（$d_{rope}$ 维）；`cat(freqs, freqs)`；位置可以不从 0 开始 |
 # | `apply_rope` | 按位置旋转 | rotate-half：`x·cos + cat(−x2, x1)·sin`；表先转成 x 的 dtype |
 # | `LatentKVCache` | 只存 latent 和 rope key | 沿 T（`dim=1`）追加；没有按头的东西 |
 # | `MultiHeadLatentAttention` | DeepSeek-V2 的 MLA | 每个头 `[nope \| rope]`；latent 先 norm；rope key 共用；缩放 $(d_{nope} + d_{rope})^{-1/2}$；位置 `len(cache) + i` |

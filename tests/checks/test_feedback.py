@@ -16,7 +16,7 @@ from tests import tiers
 from tests.natural_mistakes import a08 as natural_a08
 from tests.natural_mistakes import patch
 from tests.natural_mistakes import source as natural_source
-from tests.students import a01, a02, a03, a04, a05, a07, a08
+from tests.students import a01, a02, a03, a04, a05, a06, a07, a08
 
 REAL_MODEL = {e.name for e in ASSIGNMENTS["07_real_model"]}
 
@@ -112,8 +112,8 @@ def test_an_exercises_own_mistake_is_named_beside_a_broken_base_that_cannot_reac
     assert verdicts["sampling_probs"].summary == "没有通过：dtype 不对", verdicts["sampling_probs"].message
     verdict = judge(EXERCISES["sample_generate"], a07.cells({"sampling_probs": probs_in_float32,
                                                              "sample_generate": no_generator}), sandbox)
-    assert "抽样时没有用给的 generator" in verdict.summary and "sampling_probs" in verdict.summary, verdict.message
-    assert verdict.mistake == "抽样时没有用给的 generator" and "dtype 不对" in verdict.details, verdict.message
+    assert "采样时没有用给的 generator" in verdict.summary and "sampling_probs" in verdict.summary, verdict.message
+    assert verdict.mistake == "采样时没有用给的 generator" and "dtype 不对" in verdict.details, verdict.message
     # A base that does reach the draws (the temperature multiplied in): the base alone is named, as before.
     hot = a07.CORRECT["sampling_probs"].replace("z = logits / temperature", "z = logits * temperature")
     verdict = judge(EXERCISES["sample_generate"], a07.cells({"sampling_probs": hot}), sandbox)
@@ -251,7 +251,7 @@ ERRORS = {
     "an index past the end": (lambda: torch.zeros(2, 5)[:, 7], "第 1 维只有 5 个"),
     "a token id past the vocabulary": (lambda: torch.nn.Embedding(10, 4)(torch.tensor([[3, 12]])), "argmax(dim=-1)"),
     "a weight that is no parameter": (lambda: _plain_weight().load_state_dict({"weight": torch.ones(3)}),
-                                      "权重里的 \"weight\" 在模块里找不到"),
+                                      "存成普通张量"),
     "conv weight": (lambda: torch.nn.functional.conv1d(torch.zeros(1, 2, 5, dtype=torch.bfloat16), torch.zeros(2, 1, 3),
                                                        groups=2), "卷积的输入是 bfloat16，权重却是 float32"),
 }
@@ -273,6 +273,14 @@ def test_pytorchs_errors_are_told_in_the_courses_terms(what):
     make, said = ERRORS[what]
     meaning = torch_errors.explain(_raised(make))
     assert meaning is not None and said in meaning, meaning
+
+
+def test_a_norm_whose_weight_is_no_parameter_is_explained_when_graded(sandbox):
+    """The explanation reaches the verdict: the grader sees only the first line of PyTorch's message."""
+    plain = a06.CORRECT["ZeroCenteredRMSNorm"].replace("nn.Parameter(torch.zeros(dim))", "torch.zeros(dim)")
+    assert plain != a06.CORRECT["ZeroCenteredRMSNorm"]
+    verdict = judge(EXERCISES["ZeroCenteredRMSNorm"], a06.cells({"ZeroCenteredRMSNorm": plain}), sandbox)
+    assert "loading state_dict" in verdict.summary and "存成普通张量" in verdict.details, verdict.message
 
 
 def test_mixed_dtypes_are_explained_by_the_exercises_own_rule(sandbox):

@@ -220,7 +220,8 @@ def test_linear_stand_in_is_made_on_first_use_and_says_so(capsys):
     assert all(value.dtype == torch.bfloat16 for key, value in layer.items() if key not in FLOAT32)
     line = capsys.readouterr().out
     assert line.count("\n") == 1
-    assert line.startswith("第 0 层的权重：合成的替身（data/qwen35_layer3）") and "--layers 0-3" in line
+    assert line.startswith("第 0 层的权重：合成的替身（data/qwen35_layer3 里只有配置和第 3 层的注意力，其余按固定种子生成，存在 ") and "--layers 0-3" in line
+    assert str(stand_in_file(0).parent) in line
     file = stand_in_file(0)
     assert file.is_file() and hashlib.sha256(file.read_bytes()).hexdigest() == qwen35_stand_in.SHA256[0]
     with safe_open(file, framework="pt") as handle:
@@ -369,7 +370,8 @@ def test_mlp_stand_in_is_made_on_first_use_and_says_so(capsys):
     assert all(value.dtype == torch.bfloat16 for value in layer.values())
     line = capsys.readouterr().out
     assert line.count("\n") == 1
-    assert line.startswith("第 3 层 MLP 的权重：合成的替身（data/qwen35_layer3）") and "--layers 0-3" in line
+    assert line.startswith("第 3 层 MLP 的权重：合成的替身（data/qwen35_layer3 里只有配置和第 3 层的注意力，其余按固定种子生成，存在 ") and "--layers 0-3" in line
+    assert str(stand_in_mlp_file(3).parent) in line
     file = stand_in_mlp_file(3)
     assert file.is_file() and hashlib.sha256(file.read_bytes()).hexdigest() == qwen35_stand_in.MLP_SHA256[3]
     with safe_open(file, framework="pt") as handle:

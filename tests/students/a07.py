@@ -309,10 +309,10 @@ def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):
 ''', end='''
     return probs
 ''')),
-    ("sample_generate", "用了 argmax，没有抽样", _SAMPLE.replace(
+    ("sample_generate", "用了 argmax，没有采样", _SAMPLE.replace(
         "torch.multinomial(sampling_probs(last, **sampling), num_samples=1, generator=generator)",
         "sampling_probs(last, **sampling).argmax(-1, keepdim=True)")),
-    ("sample_generate", "在按概率从大到小排好序的分布上抽样", _SAMPLE.replace(
+    ("sample_generate", "在按概率从大到小排好序的分布上采样", _SAMPLE.replace(
         "        feed = torch.multinomial(sampling_probs(last, **sampling), num_samples=1, generator=generator)\n",
         "        ranked, where = torch.sort(sampling_probs(last, **sampling), dim=-1, descending=True)\n"
         "        feed = torch.gather(where, -1, torch.multinomial(ranked, num_samples=1, generator=generator))\n")),
@@ -326,7 +326,7 @@ def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):
         "caches = [KVCache() for _ in range(len(model.layers))]", "caches = [KVCache()] * len(model.layers)")),
     ("sample_generate", "温度除了两次", _SAMPLE.replace(
         "sampling_probs(last, **sampling)", "sampling_probs(last / sampling.get('temperature', 1.0), **sampling)")),
-    ("sample_generate", "抽样时没有用给的 generator", _SAMPLE.replace(", generator=generator)", ")")),
+    ("sample_generate", "采样时没有用给的 generator", _SAMPLE.replace(", generator=generator)", ")")),
     ("sample_generate", "每一步都重新给 generator 播种", _SAMPLE.replace(
         "        feed = torch.multinomial(", "        generator.manual_seed(generator.initial_seed())\n"
         "        feed = torch.multinomial(")),

@@ -105,22 +105,22 @@ MISTAKES = (
             "送进模型，前面位置的 K、V 一遍遍重算。" + _STEP, matches=_right_tokens_without_the_cache),
     Mistake("返回的 token 里包括了提示词", "只返回新生成的 max_new_tokens 个 token：形状 [B, max_new_tokens]。",
             matches=_returned_the_prompt),
-    Mistake("用了 argmax，没有抽样", "这一题是抽样：按 sampling_probs 给的概率随机抽一个 token，"
+    Mistake("用了 argmax，没有采样", "这一题是采样：按 sampling_probs 给的概率随机抽一个 token，"
             "不是每次都挑最可能的那个（那是 greedy_generate）。" + _DRAW, _loop(pick="argmax")),
-    Mistake("在按概率从大到小排好序的分布上抽样", "分布没有错，可同一个随机数落在排好序的概率上和落在词表原来顺序的概率上，"
+    Mistake("在按概率从大到小排好序的分布上采样", "分布没有错，可同一个随机数落在排好序的概率上和落在词表原来顺序的概率上，"
             "抽到的是不同的 token：这门课（和 Hugging Face 一样）直接在 sampling_probs 给出的 [B, V] 上抽，同一个种子才得到"
             "同样的 token。Meta 的 Llama 代码在排好序的概率上抽再换回 token id，那是另一个约定。" + _DRAW,
             _loop(pick="sorted")),
-    Mistake("在排好序的分布上抽样，返回的是名次而不是 token id", "在 probs.sort(descending=True) 的结果上抽到的是名次"
+    Mistake("在排好序的分布上采样，返回的是名次而不是 token id", "在 probs.sort(descending=True) 的结果上抽到的是名次"
             "（第几可能），还要用排序给出的下标换回 token id（order.gather(-1, 名次)）。更简单的是直接在 sampling_probs 给出的 "
             "[B, V] 上抽：" + _DRAW, _loop(pick="rank")),
-    Mistake("抽样时没有用给的 generator", "torch.multinomial 不传 generator=generator，就从 torch 的全局随机数里抽："
+    Mistake("采样时没有用给的 generator", "torch.multinomial 不传 generator=generator，就从 torch 的全局随机数里抽："
             "同一个种子得不到同样的文字，评分也没法复现。" + _DRAW, _loop(own_generator=False)),
     Mistake("每一步都重新给 generator 播种", "generator.manual_seed(...) 每一步都把随机数拨回起点，每一步抽到的随机数都一样。"
             "generator 在调用前已经播好种，循环里直接用它。" + _DRAW, _loop(reseed=True)),
     Mistake("从 generator 里多取了随机数", "抽出的 token 对了，可调用之后 generator 的状态和参考的不一样：除了每一步那一次 "
             "torch.multinomial，代码还从 generator 里取过随机数（或多抽了一步）。" + _DRAW, matches=_extra_draws),
-    Mistake("抽样时没有把 temperature、top_k、top_p 交给 sampling_probs", "sample_generate 收到的 **sampling 要原样传下去："
+    Mistake("采样时没有把 temperature、top_k、top_p 交给 sampling_probs", "sample_generate 收到的 **sampling 要原样传下去："
             "sampling_probs(logits[:, -1], **sampling)。", _loop(options=False)),
     Mistake("attention_mask 接上的是 0：新 token 被当成了 padding", "attention_mask 里 1 是真实的 token，0 是 padding："
             "每抽出一个 token，就在 mask 后面接一列 1（torch.ones_like(next_token)），否则新 token 在之后的注意力里都被遮住了。",
