@@ -169,7 +169,48 @@ def merge_heads(x):
             scores = scores.masked_fill(~padding_mask(attention_mask), float("-inf"))
         weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
         return self.o_proj(merge_heads(weights @ v))
+''')),    ("MultiHeadAttention", "因果掩码的条件写反了", _mha('''
+        T = x.size(1)
+        q, k, v = (split_heads(p(x), self.n_heads) for p in (self.q_proj, self.k_proj, self.v_proj))
+        mask = None if causal else causal_mask(T)
+        if attention_mask is not None:
+            mask = padding_mask(attention_mask) if mask is None else mask & padding_mask(attention_mask)
+        return self.o_proj(merge_heads(attention(q, k, v, mask)[0]))
 ''')),
+    ("MultiHeadAttention", "padding 掩码取反了", _mha('''
+        T = x.size(1)
+        q, k, v = (split_heads(p(x), self.n_heads) for p in (self.q_proj, self.k_proj, self.v_proj))
+        mask = causal_mask(T) if causal else None
+        if attention_mask is not None:
+            blocked = ~padding_mask(attention_mask)
+            mask = blocked if mask is None else mask & blocked
+        return self.o_proj(merge_heads(attention(q, k, v, mask)[0]))
+''')),
+    ("MultiHeadAttention", "causal=True 时没有用 padding 掩码", _mha('''
+        T = x.size(1)
+        q, k, v = (split_heads(p(x), self.n_heads) for p in (self.q_proj, self.k_proj, self.v_proj))
+        if causal:
+            mask = causal_mask(T)
+        elif attention_mask is not None:
+            mask = padding_mask(attention_mask)
+        else:
+            mask = None
+        return self.o_proj(merge_heads(attention(q, k, v, mask)[0]))
+''')),
+    ("split_heads", "先 transpose 成 [B, H·D, T] 再 reshape", '''
+def split_heads(x, num_heads):
+    B, T, C = x.shape
+    return x.transpose(1, 2).reshape(B, num_heads, T, C // num_heads)
+'''),
+    ("split_heads", "切出的是宽 num_heads 的块", '''
+def split_heads(x, num_heads):
+    return torch.stack(torch.split(x, num_heads, dim=2), dim=1)
+'''),
+    ("merge_heads", "先 reshape 成 [B, H·D, T] 再 transpose", '''
+def merge_heads(x):
+    B, H, T, D = x.shape
+    return x.reshape(B, H * D, T).permute(0, 2, 1)
+'''),
 ]
 
 STUBS = {

@@ -49,6 +49,9 @@ MISTAKES = (
             lambda x: x.sum(dim=1)),
     Mistake("把各头平均了，而不是拼接", "多头的输出是并排拼接成 H·D 维，不是求和或平均。",
             lambda x: x.mean(dim=1)),
+    Mistake("先 reshape 成 [B, H·D, T] 再 transpose：每个位置拿到的是别的位置的数",
+            "先 transpose(1, 2) 成 [B, T, H, D]，再 reshape 成 [B, T, H·D]：顺序反过来，reshape 切的是头和时间混在一起的内存。",
+            lambda x: x.reshape(x.shape[0], x.shape[1] * x.shape[3], x.shape[2]).transpose(1, 2)),
 )
 
 EXERCISE = Exercise("merge_heads", 2, merge_heads, cases, MISTAKES)

@@ -66,6 +66,8 @@ class _Variant(MultiHeadAttention):
     merge = staticmethod(merge_heads)
     combine = staticmethod(operator.and_)
     use_padding = True
+    pad_when = staticmethod(lambda causal: True)  # whether the padding mask is used, given ``causal``
+    pad_rule = staticmethod(lambda keys: keys)  # what becomes of padding_mask's result
     causal_rule = staticmethod(lambda causal: causal)
     scale_width = staticmethod(lambda q: q.shape[-1])  # the width whose square root scales the scores
     project_out = True
@@ -75,8 +77,8 @@ class _Variant(MultiHeadAttention):
         projections = (self.q_proj, getattr(self, self.key_proj), self.v_proj)
         q, k, v = (self.split(proj(x), self.num_heads) for proj in projections)
         mask = causal_mask(x.shape[1]) if self.causal_rule(causal) else None
-        if attention_mask is not None and self.use_padding:
-            keys = padding_mask(attention_mask)
+        if attention_mask is not None and self.use_padding and self.pad_when(causal):
+            keys = self.pad_rule(padding_mask(attention_mask))
             mask = keys if mask is None else self.combine(mask, keys)
         weights = masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(self.scale_width(q)), mask)
         out = self.merge(weights @ v)
@@ -127,6 +129,13 @@ MISTAKES = (
             _variant(scale_width=lambda q: q.shape[-1] ** 2)),
     Mistake("用 √hidden_size 而不是 √head_dim 缩放了分数", "每个头的分数除以 √D，D = hidden_size / num_heads。",
             _variant(scale_width=lambda q: q.shape[1] * q.shape[-1])),
+    Mistake("因果掩码的条件写反了：causal=True 时没加，causal=False 时反而加了", "causal=True（默认）才加因果掩码："
+            "if causal: mask = causal_mask(T)。", _variant(causal_rule=lambda causal: not causal)),
+    Mistake("padding 掩码取反了（~padding_mask(...)）", "padding_mask 给的已经是「可以看」：True 是真 token，"
+            "直接和因果掩码用 & 合并，不要再取反。", _variant(pad_rule=operator.invert)),
+    Mistake("causal=True 时没有用 padding 掩码（if causal … elif attention_mask …）", "两个掩码是各自独立的："
+            "先按 causal 决定要不要因果掩码，再在 attention_mask 不是 None 时合并 padding 掩码，不要写成 elif。",
+            _variant(pad_when=lambda causal: not causal)),
 )
 
 EXERCISE = Exercise("MultiHeadAttention", 4, MultiHeadAttention, cases, MISTAKES, call=call_module,

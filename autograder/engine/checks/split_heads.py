@@ -41,6 +41,12 @@ MISTAKES = (
     Mistake("transpose 的是最后两维（-2, -1），不是时间和头（1, 2）：返回的是 [B, T, D, H]",
             "view(B, T, H, D) 之后要把 H 换到 T 前面：transpose(1, 2) 得到 [B, H, T, D]。",
             lambda x, h: x.reshape(*x.shape[:2], h, _head_dim(x, h)).transpose(-2, -1)),
+    Mistake("先 transpose 成 [B, H·D, T] 再 reshape：每个头里混进了别的位置和特征",
+            "先 view(B, T, H, D)，再 transpose(1, 2)：transpose 放在前面，reshape 切的就是转置后的内存顺序。",
+            lambda x, h: x.transpose(1, 2).reshape(x.shape[0], h, x.shape[1], _head_dim(x, h))),
+    Mistake("x.split(num_heads, dim=-1) 切出的是宽 num_heads 的块，不是 num_heads 块",
+            "split 的第一个参数是每块的宽度：切成 H 块要写 x.split(D, dim=-1)，或者直接 view(B, T, H, D).transpose(1, 2)。",
+            lambda x, h: torch.stack(x.split(h, dim=-1), dim=1)),
 )
 
 EXERCISE = Exercise("split_heads", 2, split_heads, cases, MISTAKES)
