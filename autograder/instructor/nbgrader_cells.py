@@ -60,6 +60,13 @@ def source_of(cell) -> str:
     return "".join(source) if isinstance(source, list) else str(source)
 
 
+def as_released(source: str, hidden: ClearHiddenTests) -> str:
+    """A locked cell's source as students got it: its hidden tests removed by nbgrader's own preprocessor."""
+    cell = NotebookNode(source=source)
+    hidden._remove_hidden_test_region(cell)
+    return cell.source
+
+
 def restored_cell(source_cell, metadata: dict) -> NotebookNode:
     """The released cell, as the student was given it, for one they deleted."""
     make = new_code_cell if source_cell.cell_type == "code" else new_markdown_cell
@@ -76,8 +83,10 @@ class ReleasedCells(NbGraderPreprocessor):
             notebook = gradebook.find_notebook(info["notebook"], info["assignment"])
             released = list(notebook.source_cells)
             metadata = released_metadata(notebook)
+        hidden = ClearHiddenTests(config=self.config)  # with this course's delimiters
         locked_sources = {source: cell.name for cell in released if cell.locked
-                          for source in (cell.source, self._as_released(cell.source))}
+                          for source in (cell.source, as_released(cell.source, hidden))}
+        sources = {cell.name: cell.source for cell in released}
         placed, cells = set(), []
         for cell in nb.cells:
             grade_id = self._identify(cell, metadata, locked_sources, placed)
@@ -88,17 +97,10 @@ class ReleasedCells(NbGraderPreprocessor):
             if grade_id is not None:
                 placed.add(grade_id)
                 if metadata[grade_id]["locked"]:  # its hidden tests back, as OverwriteCells would put them, unlogged
-                    cell.source = next(c.source for c in released if c.name == grade_id)
+                    cell.source = sources[grade_id]
             cells.append(cell)
         nb.cells = self._with_missing_grade_cells(cells, released, metadata, placed)
         return nb, resources
-
-    def _as_released(self, source: str) -> str:
-        """A locked cell's source as students got it: its hidden tests removed by nbgrader's own preprocessor, with
-        this course's configuration (its delimiters)."""
-        cell = NotebookNode(source=source)
-        ClearHiddenTests(config=self.config)._remove_hidden_test_region(cell)
-        return cell.source
 
     @staticmethod
     def _identify(cell, metadata, locked_sources, placed) -> str | None:

@@ -77,7 +77,8 @@ MISTAKES = (
             _variant(normalise=lambda self, x: x * torch.rsqrt(x.var(-1, keepdim=True) + self.eps))),
     Mistake("减去了均值（那是 LayerNorm）", "RMSNorm 不减均值，只除以均方根。",
             _variant(normalise=lambda self, x: (x - x.mean(-1, keepdim=True)) * torch.rsqrt(
-                x.var(-1, keepdim=True, unbiased=False) + self.eps))),    Mistake("乘上了均方根，不是除以它（sqrt 写成了 rsqrt 的位置）", "归一化是 x / √(mean(x²) + eps)："
+                x.var(-1, keepdim=True, unbiased=False) + self.eps))),
+    Mistake("乘上了均方根，不是除以它（sqrt 写成了 rsqrt 的位置）", "归一化是 x / √(mean(x²) + eps)："
             "乘 torch.rsqrt(...)，或者除以 torch.sqrt(...)；乘 torch.sqrt(...) 会把向量放大而不是归一。",
             _variant(normalise=lambda self, x: x * torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps))),
 )

@@ -20,8 +20,7 @@ class Sent:
     """The grader's side: which cases the fork server holds, by key, the least recently used first."""
 
     def __init__(self):
-        self._held: OrderedDict[int, tuple[object, int]] = OrderedDict()  # id(cases) -> (cases, size)
-        self._keys: dict[int, int] = {}  # id(cases) -> key
+        self._held: OrderedDict[int, tuple[object, int, int]] = OrderedDict()  # id(cases) -> (cases, size, key)
         self._bytes = 0
         self._next = 0
 
@@ -32,18 +31,17 @@ class Sent:
         found = self._held.get(id(cases))
         if found is not None and found[0] is cases:
             self._held.move_to_end(id(cases))
-            return {"cases": self._keys[id(cases)]}, b""
+            return {"cases": found[2]}, b""
         data = pickle.dumps(cases, protocol=pickle.HIGHEST_PROTOCOL)
         self._next += 1
         header = {"cases": self._next, "cases_bytes": len(data), "keep": len(data) <= limits.HELD_CASES_BYTES}
         if header["keep"]:
             forget = []
             while self._held and self._bytes + len(data) > limits.HELD_CASES_BYTES:
-                old, (_, size) = self._held.popitem(last=False)
-                forget.append(self._keys.pop(old))
+                _, (_, size, key) = self._held.popitem(last=False)
+                forget.append(key)
                 self._bytes -= size
-            self._held[id(cases)] = (cases, len(data))
-            self._keys[id(cases)] = self._next
+            self._held[id(cases)] = (cases, len(data), self._next)
             self._bytes += len(data)
             if forget:
                 header["forget"] = forget

@@ -22,21 +22,25 @@ def write_message(fd: int, header: dict, payload: bytes = b"") -> None:
 
 def read_message(fd: int, max_payload: int) -> tuple[dict, bytes]:
     """The next message on ``fd``; EOFError when the other side has gone."""
+    header, payload_len = _read_header(fd, max_payload)
+    return header, _read_exactly(fd, payload_len)
+
+
+def _read_header(fd: int, max_payload: int) -> tuple[dict, int]:
+    """A message's header, and how long its payload is (refused when either is over its limit)."""
     head_len, payload_len = _LENGTHS.unpack(_read_exactly(fd, _LENGTHS.size))
     if head_len > limits.HEADER_BYTES or payload_len > max_payload:
         raise ValueError(f"message too large: header {head_len} bytes, payload {payload_len} bytes")
-    header = json.loads(_read_exactly(fd, head_len))
-    return header, _read_exactly(fd, payload_len)
+    return json.loads(_read_exactly(fd, head_len)), payload_len
 
 
 def read_job(fd: int, max_payload: int) -> tuple[dict, mmap.mmap]:
     """``read_message`` with the payload (never empty) read into an anonymous memory map of its size, which the
     caller closes: unmapped, its bytes are gone from this process and from every child it forks afterwards, where
     freed heap would keep them."""
-    head_len, payload_len = _LENGTHS.unpack(_read_exactly(fd, _LENGTHS.size))
-    if head_len > limits.HEADER_BYTES or not 0 < payload_len <= max_payload:
-        raise ValueError(f"not a job: header {head_len} bytes, payload {payload_len} bytes")
-    header = json.loads(_read_exactly(fd, head_len))
+    header, payload_len = _read_header(fd, max_payload)
+    if payload_len == 0:
+        raise ValueError("not a job: its payload is empty")
     payload, done = mmap.mmap(-1, payload_len), 0
     with memoryview(payload) as view:
         while done < payload_len:
