@@ -1,7 +1,8 @@
 """pytest plugin for ``pytest autograder/``: which submission to grade, a score table, results.json.
 
 By default it grades the student's working copy ``work/`` when there is one (``course-work`` makes it),
-else ``release/``. Assignments a submission does not contain are "未提交": listed, not counted, unless
+else ``release/``. Assignments a submission does not contain are "未提交", and those whose every exercise is
+still the released stub (``course-work`` copies all eight) "未开始": both listed, not counted, unless
 ``--require-all`` asks for strict totals (a class's submissions).
 
 The sandbox's fork server starts as this plugin loads, before the grader imports torch and the
@@ -20,6 +21,7 @@ from autograder.engine.assignments import ASSIGNMENTS  # noqa: E402
 from autograder.engine.grading import judge  # noqa: E402
 from autograder.engine.ipynb import NotebookError, read_code_cells  # noqa: E402
 from autograder.engine.model import Exercise, grader_problem  # noqa: E402
+from autograder.engine.sandbox.harness import NOT_IMPLEMENTED  # noqa: E402
 from autograder.engine.sandbox.walls import describe_missing  # noqa: E402
 from autograder.engine.submission import SubmissionError, notebooks  # noqa: E402
 from autograder.scoreboard import Scoreboard  # noqa: E402
@@ -94,6 +96,16 @@ class Submission:
                 self._cells[assignment] = e
         return self._cells[assignment]
 
+    def not_started(self, assignment: str) -> bool:
+        """Whether every exercise of ``assignment`` is still a stub that raises NotImplementedError. Grades them in
+        order up to the first that is not (their verdicts are kept for the tests that follow); a strict run
+        (``--require-all``) grades and counts every one."""
+        if self.require_all:
+            return False
+        cells, given = self.cells(assignment), self.verdicts.setdefault(assignment, {})
+        return all(judge(exercise, cells, verdicts=given).summary == NOT_IMPLEMENTED
+                   for exercise in ASSIGNMENTS[assignment])
+
 
 @pytest.fixture(scope="session")
 def submission(pytestconfig) -> Submission:
@@ -112,6 +124,11 @@ def submission(pytestconfig) -> Submission:
 def grade(submission, pytestconfig):
     """Grade one exercise of one assignment; record the verdict; fail the test with its message."""
     def run(assignment: str, exercise: Exercise) -> None:
+        if submission.not_started(assignment):
+            board = pytestconfig.stash[BOARD]
+            if assignment not in board.not_started:
+                board.not_started.append(assignment)
+            pytest.skip(f"{assignment} 未开始")
         verdict = judge(exercise, submission.cells(assignment), verdicts=submission.verdicts.setdefault(assignment, {}))
         pytestconfig.stash[BOARD].add(assignment, verdict)
         if not verdict.passed:
@@ -130,7 +147,7 @@ def _complete(config) -> Scoreboard:
 
 def pytest_terminal_summary(terminalreporter, config):
     board = _complete(config)
-    if not board.verdicts and not board.not_submitted:
+    if not board.verdicts and not board.not_submitted and not board.not_started:
         return
     terminalreporter.section("评分 Score")
     for line in board.table():

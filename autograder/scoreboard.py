@@ -13,6 +13,7 @@ class Scoreboard:
     def __init__(self):
         self.verdicts: dict[str, list[Verdict]] = defaultdict(list)
         self.not_submitted: list[str] = []  # assignments the submission does not contain: listed, not counted
+        self.not_started: list[str] = []  # assignments whose every exercise is still the stub: listed, not counted
         self.graded_folder = ""
 
     def add(self, assignment: str, verdict: Verdict) -> None:
@@ -34,9 +35,17 @@ class Scoreboard:
             lines.append(f"    {'小计 subtotal':<{width}} {got:>2}/{out_of}")
         for assignment in self.not_submitted:
             lines.append(f"{assignment}  未提交 not submitted（不计入总分）")
+        for assignment in self.not_started:
+            lines.append(f"{assignment}  未开始 not started：每个练习都还是 raise NotImplementedError（不计入总分）")
         got, out_of = self.total()
-        lines.append(f"总分 Total: {got}/{out_of}")
+        lines.append(f"总分 Total: {got}/{out_of}" + self._left_out())
         return lines
+
+    def _left_out(self) -> str:
+        """What the total leaves out, said after it ("" when nothing is)."""
+        parts = [f"{len(names)} 个作业{what}" for names, what in ((self.not_started, "未开始"),
+                                                               (self.not_submitted, "未提交")) if names]
+        return f"（{'，'.join(parts)}，不计入）" if parts else ""
 
     def write_results_json(self, path: Path, *, visibility: str = "visible", execution_time: float | None = None,
                            output: str = "") -> None:
@@ -50,8 +59,9 @@ class Scoreboard:
         ]
         score, _ = self.total()
         results = {"score": score, "tests": tests}
-        if self.not_submitted:
-            output = "\n".join(x for x in (output, "未提交（不计入总分）：" + "、".join(self.not_submitted)) if x)
+        for names, what in ((self.not_submitted, "未提交"), (self.not_started, "未开始")):
+            if names:
+                output = "\n".join(x for x in (output, f"{what}（不计入总分）：" + "、".join(names)) if x)
         if output:
             results["output"] = output
         if execution_time is not None:

@@ -34,9 +34,10 @@ def next_step(work: Path) -> str:
     if (layout.ROOT / "autograder" / "conftest.py").is_file():
         default = work.resolve() == (layout.ROOT / layout.WORK).resolve()
         command = "pytest autograder/" + ("" if default else f" --submission {work}")
-        return f"用 JupyterLab 打开里面的 notebook，写完后在 {layout.ROOT} 里运行 `{command}` 评分。"
-    return ("用 JupyterLab 打开里面的 notebook：每个练习后面的检查单元会告诉你这个练习对不对，写完一个就运行它的检查。"
-            "这里没有评分程序，提交后由老师评分。")
+        return (f"运行 `jupyter lab {work}`（所有作业都在左边的文件浏览器里），写完后在 {layout.ROOT} 里运行 `{command}` 评分"
+                "（还没动过的作业显示「未开始」，不计入总分）。")
+    return (f"运行 `jupyter lab {work}`（所有作业都在左边的文件浏览器里）：每个练习后面的检查单元会告诉你这个练习对不对，"
+            "写完一个就运行它的检查。这里没有评分程序，提交后由老师评分。")
 
 
 def main(argv=None) -> int:

@@ -45,8 +45,10 @@ def runs(tmp_path_factory) -> Runs:
     before = {p: digest(p) for p in notebooks}
     started = {
         "solved": start_pytest_autograder("--submission", root / "solved", "--results-json", root / "solved.json"),
-        "stubs": start_pytest_autograder("--submission", released_path().parent.parent,
+        "stubs": start_pytest_autograder("--submission", released_path().parent.parent, "--require-all",
                                          "--results-json", root / "stubs.json"),
+        "untouched": start_pytest_autograder("--submission", released_path().parent.parent,
+                                             "--results-json", root / "untouched.json"),
         "malformed": start_pytest_autograder("--submission", malformed.parent),
         "missing": start_pytest_autograder("--submission", root / "nowhere"),
     }
@@ -84,7 +86,8 @@ def test_the_walls_notice_is_printed_only_where_walls_are_missing(runs, sandbox)
     assert done.stdout.count("sandbox walls missing") == (1 if missing else 0), (missing, done.stdout)
 
 
-def test_release_stubs_fail_every_exercise_with_not_implemented(runs):
+def test_release_stubs_fail_every_exercise_with_not_implemented_when_all_are_required(runs):
+    """A class's strict run (--require-all) grades every stub: zero, "not yet implemented", no traceback."""
     done, written = runs.done["stubs"], runs.results("stubs")
     assert done.returncode == 1, done.stdout
     assert written["score"] == 0
@@ -92,6 +95,16 @@ def test_release_stubs_fail_every_exercise_with_not_implemented(runs):
     assert all(t["output"] == "还没有实现（not yet implemented）" for t in written["tests"])
     assert f"总分 Total: 0/{TOTAL}" in done.stdout
     assert "Traceback" not in done.stdout
+
+
+def test_untouched_notebooks_are_not_started_and_count_neither_as_failures_nor_toward_the_total(runs):
+    """A self-learner's run on notebooks nobody has written in yet: each assignment is listed as not started."""
+    done, written = runs.done["untouched"], runs.results("untouched")
+    assert done.returncode == 0, done.stdout
+    assert all(f"{a}  未开始" in done.stdout for a in ASSIGNMENTS), done.stdout
+    assert f"总分 Total: 0/0（{len(ASSIGNMENTS)} 个作业未开始，不计入）" in done.stdout, done.stdout
+    assert written["score"] == 0 and written["tests"] == []
+    assert "未开始（不计入总分）：" + "、".join(ASSIGNMENTS) in written["output"]
 
 
 def test_malformed_notebook_fails_every_exercise_with_a_clear_message(runs):

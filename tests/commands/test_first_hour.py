@@ -44,6 +44,27 @@ def test_grading_a_work_folder_counts_only_what_was_submitted(tmp_path):
     assert "未提交" in written["output"]
 
 
+def test_after_course_work_the_total_counts_only_the_assignments_begun(tmp_path):
+    """``course-work`` copies every notebook: one solved, one begun (one exercise written, the rest stubs that
+    fail) and the untouched others, which are listed as not started and left out of the total."""
+    work = tmp_path / "work"
+    copy_notebooks(released_path().parent.parent, work)
+    begun = "02_multi_head"
+    first = ASSIGNMENTS[begun][0].name
+    write_submission(work, filled(source_solutions()))
+    write_submission(work, filled({first: source_solutions(begun)[first]}, begun), begun)
+    done = pytest_autograder("--submission", work)
+    assert done.returncode == 1, done.stdout  # the begun assignment's stubs fail
+    untouched = [a for a in ASSIGNMENTS if a not in (ASSIGNMENT, begun)]
+    assert all(f"{a}  未开始" in done.stdout for a in untouched), done.stdout
+    assert f"{ASSIGNMENT}  未开始" not in done.stdout and f"{begun}  未开始" not in done.stdout
+    table = done.stdout.split("评分 Score")[1].splitlines()
+    assert len([line for line in table if "✗" in line and "还没有实现" in line]) == len(ASSIGNMENTS[begun]) - 1, table
+    got = sum(e.points for e in ASSIGNMENTS[ASSIGNMENT]) + ASSIGNMENTS[begun][0].points
+    out_of = sum(e.points for a in (ASSIGNMENT, begun) for e in ASSIGNMENTS[a])
+    assert f"总分 Total: {got}/{out_of}（{len(untouched)} 个作业未开始，不计入）" in done.stdout, done.stdout
+
+
 def test_require_all_counts_what_was_not_submitted_as_zero(tmp_path):
     work = tmp_path / "work"
     write_submission(work, filled(source_solutions()))
