@@ -50,7 +50,7 @@ python -m pip install .
 
 ```bash
 course-work                               # 把 release/ 里的 notebook 拷到 work/，已有的文件不会被覆盖
-jupyter lab work/                         # 左边的文件浏览器里是全部作业，从 {first} 开始
+jupyter lab work/                         # 左边的文件浏览器里是全部作业，从 work/{first}/{first}.ipynb 开始
 ```
 
 把每个练习里的 `raise NotImplementedError()` 换成你的代码。**每个练习后面有一个检查单元**，写完就运行它：
