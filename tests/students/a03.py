@@ -225,6 +225,10 @@ def kv_cache_bytes(batch, seq_len, num_layers, num_kv_heads, head_dim, bytes_per
     ("attention_flops", "投影按全部 k_len 个 token 算了", CORRECT["attention_flops"].replace(
         "macs = q_len * hidden_size", "macs = k_len * hidden_size").replace(
         "macs += q_len * q_width * hidden_size", "macs += k_len * q_width * hidden_size")),
+    ("attention_flops", "漏了 weights · V；投影按全部 k_len 个 token 算了", CORRECT["attention_flops"].replace(  # two at once
+        "    macs += num_heads * q_len * k_len * head_dim                  # weights @ V\n", "").replace(
+        "macs = q_len * hidden_size", "macs = k_len * hidden_size").replace(
+        "macs += q_len * q_width * hidden_size", "macs += k_len * q_width * hidden_size")),
     ("attention_flops", "K 和 V 的投影只算了一份", CORRECT["attention_flops"].replace(
         "(q_width + kv_width + kv_width)", "(q_width + kv_width)")),
     ("attention_flops", "按 num_kv_heads 个头算了", CORRECT["attention_flops"].replace(

@@ -126,6 +126,13 @@ def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):
 }
 
 
+# top-k that leaves the renormalising to the end, and an end that renormalises only after top-p.
+_TOP_K_KEPT = _PROB_PIECES["top_k"].replace("        probs = probs / probs.sum(-1, keepdim=True)\n", "")
+_END_AFTER_TOP_P = '''
+    return probs / probs.sum(-1, keepdim=True) if top_p is not None else probs
+'''
+
+
 def _probs(**replace: str) -> str:
     return "".join(replace.get(name, piece) for name, piece in _PROB_PIECES.items())
 
@@ -280,6 +287,14 @@ def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
     ("sampling_probs", "温度除了两次", _probs(temperature='''
     logits = logits / temperature
     probs = torch.softmax(logits / temperature, dim=-1)
+''')),
+    ("sampling_probs", "只在 top-p 里重新归一化了", _probs(top_k=_TOP_K_KEPT, end=_END_AFTER_TOP_P)),
+    ("sampling_probs", "top-p 丢掉了越过 p 的那个 token；只在 top-p 里重新归一化了",  # two at once
+     _probs(top_k=_TOP_K_KEPT, end=_END_AFTER_TOP_P, top_p='''
+    if top_p is not None:
+        ordered, order = probs.sort(dim=-1, descending=True)
+        keep = ordered.cumsum(-1) < top_p
+        probs = probs * torch.zeros_like(keep).scatter(-1, order, keep)
 ''')),
     ("sampling_probs", "top-p 累加前没有按概率从大到小排序", _probs(top_p='''
     if top_p is not None:

@@ -229,6 +229,8 @@ MISTAKES = [
     ("delta_rule", "修正量的符号反了", _delta(write=swapped(_GATED["write"], "bt * (vt - pred)", "bt * (pred - vt)"))),
     ("delta_rule", "先读后写", _delta(_READ_FIRST)),
     ("delta_rule", "修正量里读旧值时用了 q", _delta(read=swapped(_GATED["read"], "kt, S", "q[:, :, t], S"))),
+    ("delta_rule", "修正量里读旧值时用了 q（应是 k）；先读后写",  # two of one builder's mistakes at once
+     _delta(_READ_FIRST, read=swapped(_GATED["read"], "kt, S", "q[:, :, t], S"))),
     ("delta_rule", "状态的布局转置了", _delta(**_TRANSPOSED)),
     ("delta_rule", "忽略了传进来的 state", _delta(head=swapped(_GATED["head"], " if state is None else state.clone()", ""))),
     ("gated_delta_rule", "衰减放在了写入之后", _gated(("head", "read", "write", "decay", "out", "end"))),
@@ -285,6 +287,17 @@ MISTAKES = [
         _CHUNKED, "(q[:, :, i] * G[:, :, i, :, None].exp()) @ S", "q[:, :, i] @ S")),
     ("chunked_gated_delta_rule", "块末更新状态时 k 没有乘 exp(γ_C − γ_i)", swapped(
         _CHUNKED, "(k[:, :, i] * (last - G[:, :, i]).exp()[..., None]).transpose(-1, -2)", "k[:, :, i].transpose(-1, -2)")),
+    ("chunked_gated_delta_rule", "右边读块开始时的状态时 k 没有乘 exp(γ_i)", swapped(
+        _CHUNKED, "W = inv @ (kb * G.exp()[..., None])", "W = inv @ kb")),
+    ("chunked_gated_delta_rule", "右边漏了 β", swapped(swapped(
+        _CHUNKED, "U = inv @ (v * beta[..., None])", "U = inv @ v"),
+        "W = inv @ (kb * G.exp()[..., None])", "W = inv @ (k * G.exp()[..., None])")),
+    ("chunked_gated_delta_rule", "块末的状态里，块开始时的状态没有乘 exp(γ_C)", swapped(
+        _CHUNKED, "S = S * last[..., None].exp() + ", "S = S + ")),
+    ("chunked_gated_delta_rule", "块末更新状态时 k 乘的是 exp(γ_i − γ_C)", swapped(
+        _CHUNKED, "(last - G[:, :, i]).exp()", "(G[:, :, i] - last).exp()")),
+    ("chunked_gated_delta_rule", "γ 是整个序列的累积和", swapped(
+        _CHUNKED, "G = g.cumsum(-1)", "G = g.reshape(B, H, -1).cumsum(-1).reshape(B, H, n, C)")),
     ("chunked_gated_delta_rule", "没有按块计算", '''
 def chunked_gated_delta_rule(q, k, v, g, beta, chunk_size=64, state=None):
     outs = []
@@ -299,6 +312,16 @@ def chunked_gated_delta_rule(q, k, v, g, beta, chunk_size=64, state=None):
     y = (windows * weight[:, 0, None, :]).sum(-1)
 ''', '''    y = F.conv1d(padded, weight, padding="same", groups=C)[..., -T:]
 ''')),
+    ("causal_conv1d", "卷积不是因果的", swapped(  # padding="same" on x alone: the state never reaches the output
+        _CONV, '''    windows = padded.unfold(-1, K, 1)
+    y = (windows * weight[:, 0, None, :]).sum(-1)
+''', '''    y = F.conv1d(x, weight, padding="same", groups=C)
+''')),
+    ("causal_conv1d", "卷积看的是当前和后面 K − 1 个输入", swapped(
+        _CONV, '''    windows = padded.unfold(-1, K, 1)
+    y = (windows * weight[:, 0, None, :]).sum(-1)
+''', '''    y = F.conv1d(x, weight, padding=K - 1, groups=C)[..., -T:]
+''')),
     ("causal_conv1d", "没有用传进来的 conv_state", swapped(_CONV, "    if conv_state is None:\n        conv_state =",
                                                      "    conv_state =")),
     ("causal_conv1d", "返回的 conv_state 只取了这一段的 x", swapped(_CONV, "padded[:, :, T:]", "x[:, :, -(K - 1):]")),
@@ -311,7 +334,7 @@ def chunked_gated_delta_rule(q, k, v, g, beta, chunk_size=64, state=None):
         _LAYER, "q = mixed[..., :kd].reshape", "q = F.normalize(mixed[..., :kd], dim=-1).reshape",
         "k = mixed[..., kd:2 * kd].reshape", "k = F.normalize(mixed[..., kd:2 * kd], dim=-1).reshape",
         "F.normalize(q.float(), dim=-1)", "q.float()", "F.normalize(k.float(), dim=-1)", "k.float()")),
-    ("Qwen35GatedDeltaNet", "q 没有乘 Dk^(−1/2)", swapped(_LAYER, " / math.sqrt(self.dk)", "")),
+    ("Qwen35GatedDeltaNet", "L2 归一化之后 q 没有乘 Dk^(−1/2)", swapped(_LAYER, " / math.sqrt(self.dk)", "")),
     ("Qwen35GatedDeltaNet", "q 缩放了两次", swapped(_LAYER, " / math.sqrt(self.dk)", " / self.dk")),
     ("Qwen35GatedDeltaNet", "g 里忘了 softplus", swapped(_LAYER, "F.softplus(self.in_proj_a(x)", "(self.in_proj_a(x)")),
     ("Qwen35GatedDeltaNet", "eps 没有用 config.rms_norm_eps",

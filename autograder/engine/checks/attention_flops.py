@@ -1,6 +1,7 @@
 """Check of ``attention_flops(batch, q_len, k_len, hidden_size, num_heads, num_kv_heads, head_dim)`` → int."""
 import math
 
+from autograder.engine.combined import variants
 from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
 from solutions.gqa_kv_cache import attention_flops
@@ -65,8 +66,15 @@ def _softmax_counted(case: Case, got) -> bool:
     return extra > 0 and extra % scores == 0 and extra // scores <= 8
 
 
+@variants
 def _wrong(**part):
-    return lambda *args: _counted(*args, **part)
+    """attention_flops with ``part`` counted wrongly; a setting given as an argument's name, or a sum of names
+    ("k_len + q_len"), takes that argument's value in each call."""
+    def fn(*args):
+        given = dict(zip(_ARGS, args))
+        return _counted(*args, **{key: sum(given[name] for name in value.split(" + ")) if isinstance(value, str)
+                                  else value for key, value in part.items()})
+    return fn
 
 
 MISTAKES = (
@@ -78,28 +86,28 @@ MISTAKES = (
     Mistake("漏了 o_proj", "注意力层有四个投影：q_proj、k_proj、v_proj，还有最后的 o_proj（H·D → hidden）。",
             _wrong(o_proj=False)),
     Mistake("k_proj、v_proj 按 num_heads 个头算了", "k_proj、v_proj 只输出 num_kv_heads · head_dim 维：GQA、MQA 省下的正是这部分。",
-            lambda *args: _counted(*args, kv_heads=args[4])),
+            _wrong(kv_heads="num_heads")),
     Mistake("K 和 V 的投影只算了一份", "k_proj 和 v_proj 是两个投影，各是 hidden × Hkv·D：两份都要算，"
             "就像 KV cache 里 K 和 V 各存一份。", _wrong(kv_projections=1)),
     Mistake("Q·Kᵀ 和 weights·V 按 num_kv_heads 个头算了", "KV 头共享的只是 K、V 本身：打分和加权求和每个 query 头都要各做一遍，"
-            "是 num_heads 份。", lambda *args: _counted(*args, score_heads=args[5])),
+            "是 num_heads 份。", _wrong(score_heads="num_kv_heads")),
     Mistake("忘了乘 batch", "batch 里每个序列都要各算一遍：整个结果乘 batch。", _wrong(batches=1)),
     Mistake("分数表按 q_len × q_len 算了", "每个新 query 要和全部 k_len 个 key 比：分数表是 q_len × k_len，"
             "解码时 q_len = 1，k_len 是缓存里的全部位置。",
-            lambda *args: _counted(*args, score_cols=args[1])),
+            _wrong(score_cols="q_len")),
     Mistake("漏了 weights · V", "打完分还要用权重给 V 加权求和：weights [q_len, k_len] × V [k_len, D]，和 Q·Kᵀ 一样多。",
             _wrong(weights_v=False)),
     Mistake("只数了因果掩码看得见的那些分数", "这门课按整张 q_len × k_len 的分数表算：稠密的矩阵乘法把被遮住的位置也算了"
             "（之后才被 mask 去掉）。只数看得见的一半左右，是 Megatron-LM 等估算训练成本时的另一种约定。",
-            lambda *args: _counted(*args, pairs=_visible)),
+            _wrong(pairs=_visible)),
     Mistake("把 softmax（或缩放、mask）也算进了 FLOPs", "这门课只数矩阵乘法（投影、Q·Kᵀ、weights·V）的 FLOPs，"
             "每次乘加算 2：softmax 这类逐元素运算不计入，它们和矩阵乘法比起来很少。", matches=_softmax_counted),
     Mistake("q_proj 按 Qwen3.5 带门的宽度（2·H·D）算了", "这一题的注意力层是普通的 GQA：q_proj 只输出 H·D 维。Qwen3.5 的 "
             "q_proj 输出 2·H·D（一半是 query，一半是门），那是作业 05、06 的层。", _wrong(query_width=2)),
     Mistake("分数表按 q_len × (k_len + q_len) 算了", "k_len 已经包括了这一步新来的 q_len 个 token（缓存里的加上新来的）："
-            "分数表是 q_len × k_len，不用再加 q_len。", lambda *args: _counted(*args, score_cols=args[2] + args[1])),
+            "分数表是 q_len × k_len，不用再加 q_len。", _wrong(score_cols="k_len + q_len")),
     Mistake("投影按全部 k_len 个 token 算了", "缓存里的位置早就投影过了（K、V 存在缓存里）：这一步只为 q_len 个新 token 做投影。",
-            lambda *args: _counted(*args, projected=args[2])),
+            _wrong(projected="k_len")),
 )
 
 EXERCISE = Exercise("attention_flops", 1, attention_flops, cases, MISTAKES, verify=verify)

@@ -5,6 +5,7 @@ state, in three dtypes."""
 import torch
 import torch.nn.functional as F
 
+from autograder.engine.combined import variants
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
 from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case, call_conv
@@ -44,51 +45,44 @@ def _past(x, weight, conv_state):
     return torch.zeros(x.shape[0], x.shape[1], width - 1, dtype=x.dtype) if conv_state is None else conv_state
 
 
-def _same_padding(x, weight, conv_state=None):
-    full = torch.cat([_past(x, weight, conv_state), x], dim=-1)
-    left = (weight.shape[-1] - 1) // 2  # where padding="same" puts the zeros: left, and the rest on the right
-    padded = F.pad(full, (left, weight.shape[-1] - 1 - left))
-    y = F.conv1d(padded, weight, groups=x.shape[1])[..., -x.shape[-1]:]
-    return y, full[..., full.shape[-1] - (weight.shape[-1] - 1):]
-
-
-def _no_state(x, weight, conv_state=None):
-    return causal_conv1d(x, weight)
-
-
-def _state_from_x(x, weight, conv_state=None):
-    return causal_conv1d(x, weight, conv_state)[0], x[..., x.shape[-1] - min(weight.shape[-1] - 1, x.shape[-1]):]
-
-
-def _state_of(width_of):
+@variants
+def _wrong(*, same=False, future=False, use_state=True, state_from_x=False, state_width="K - 1", flipped=False,
+           silu=False):
+    """causal_conv1d written out, right by default, with one thing changed: ``same`` pads both sides as
+    padding="same" does, the given state and x together ("full") or x alone ("x"); ``future`` pads x with K − 1
+    zeros on both sides and keeps the last T outputs (each sees x_t … x_{t+K−1}); ``use_state`` False ignores a given conv_state; ``state_from_x`` keeps only this call's
+    x for the new state; ``state_width`` "K" keeps K columns; ``flipped`` flips the kernel; ``silu`` applies SiLU
+    to the output."""
     def wrong(x, weight, conv_state=None):
-        y, _ = causal_conv1d(x, weight, conv_state)
-        full = torch.cat([_past(x, weight, conv_state), x], dim=-1)
-        return y, full[..., max(full.shape[-1] - width_of(weight.shape[-1]), 0):]
+        width, seq = weight.shape[-1], x.shape[-1]
+        kernel = (weight.flip(-1) if flipped else weight).to(x.dtype)
+        full = torch.cat([_past(x, weight, conv_state if use_state else None), x], dim=-1)
+        y = F.conv1d(full, kernel, groups=x.shape[1])
+        if same or future:  # padding="same" puts (K − 1) // 2 zeros on the left and the rest on the right
+            left = width - 1 if future else (width - 1) // 2
+            padded = F.pad(full if same == "full" else x, (left, width - 1 if future else width - 1 - left))
+            y = F.conv1d(padded, kernel, groups=x.shape[1])[..., -seq:]
+        kept = width if state_width == "K" else width - 1
+        state = x[..., seq - min(width - 1, seq):] if state_from_x else full[..., max(full.shape[-1] - kept, 0):]
+        return F.silu(y) if silu else y, state
     return wrong
 
 
-def _flipped(x, weight, conv_state=None):
-    return causal_conv1d(x, weight.flip(-1), conv_state)
-
-
-def _silu(x, weight, conv_state=None):
-    y, state = causal_conv1d(x, weight, conv_state)
-    return F.silu(y), state
-
-
 MISTAKES = (
-    Mistake("卷积不是因果的（两边补零，padding='same'）", "因果卷积只在左边补 K − 1 个零（或者接上 conv_state）：y_t 只用 "
-            "x_{t−K+1} … x_t，不能看到后面的位置。", _same_padding),
+    *(Mistake("卷积不是因果的（两边补零，padding='same'）", "因果卷积只在左边补 K − 1 个零（或者接上 conv_state）：y_t 只用 "
+            "x_{t−K+1} … x_t，不能看到后面的位置。", wrong) for wrong in (_wrong(same="full"), _wrong(same="x"))),
+    Mistake("卷积看的是当前和后面 K − 1 个输入（两边各补了 K − 1 个零，取了最后 T 个输出）", "因果卷积的 y_t 只用 "
+            "x_{t−K+1} … x_t：只在左边补 K − 1 个零（或者接上 conv_state），卷积正好得到 T 个输出。两边都补再取最后 T 个，"
+            "每个输出就都往后看了 K − 1 个位置。", _wrong(future=True)),
     Mistake("没有用传进来的 conv_state（每次都从零开始）", "conv_state 是上一段最后 K − 1 个输入：把它接在 x 前面再卷积，"
-            "这样分段算和一次算完整段一样。", _no_state),
+            "这样分段算和一次算完整段一样。", _wrong(use_state=False)),
     Mistake("返回的 conv_state 只取了这一段的 x", "T 比 K − 1 短时，这一段的 x 不够 K − 1 个：新的 conv_state 要从"
-            "「旧的 conv_state 接上 x」里取最后 K − 1 个。", _state_from_x),
+            "「旧的 conv_state 接上 x」里取最后 K − 1 个。", _wrong(state_from_x=True)),
     Mistake("conv_state 存了 K 个位置", "conv_state 的形状是 [B, C, K−1]：下一步的输出只需要前面的 K − 1 个输入。",
-            _state_of(lambda width: width)),
+            _wrong(state_width="K")),
     Mistake("卷积核的方向反了", "约定和 nn.Conv1d 一样（互相关，不翻转）：weight[c, 0, K−1] 乘当前位置 x_t，"
-            "weight[c, 0, 0] 乘最早的 x_{t−K+1}。", _flipped),
-    Mistake("卷积之后做了 SiLU", "causal_conv1d 不带激活：SiLU 由 Gated DeltaNet 层在卷积之后自己做。", _silu),
+            "weight[c, 0, 0] 乘最早的 x_{t−K+1}。", _wrong(flipped=True)),
+    Mistake("卷积之后做了 SiLU", "causal_conv1d 不带激活：SiLU 由 Gated DeltaNet 层在卷积之后自己做。", _wrong(silu=True)),
 )
 
 EXERCISE = Exercise("causal_conv1d", 3, causal_conv1d, cases, MISTAKES, output_names=OUTPUT_NAMES, call=call_conv)

@@ -7,6 +7,7 @@ import torch
 
 from autograder.engine.checks.gated_delta_rule import _gates, hand_case
 from autograder.engine.checks.linear_attention_recurrent import OUTPUT_NAMES
+from autograder.engine.combined import variants
 from autograder.engine.inputs import linear_attention as inputs
 from autograder.engine.inputs.seeded import generator
 from autograder.engine.model import Exercise, Mistake
@@ -43,9 +44,11 @@ def cases() -> list[Case]:
     return found
 
 
+@variants
 def chunked(*, strict_output=False, diagonal_in_system=False, carry=True, decay_query=True, decay_key=True,
             use_state=True, beta_in_system=True, decay_inside=True, short_end_at_zero=False, system_sign=1.0,
-            solve=True, beta_on_columns=False, decay_transposed=False, exclusive=False, key_decay_from_start=False):
+            solve=True, beta_on_columns=False, decay_transposed=False, exclusive=False, key_decay_from_start=False,
+            decay_rhs=True, beta_in_rhs=True, decay_memory=True, key_decay_inverted=False, gamma_over_sequence=False):
     """The chunked rule written out, right by default, with one step changed: ``strict_output`` reads only
     j < i inside a chunk; ``diagonal_in_system`` solves ``I + A`` with ``A`` keeping its diagonal ``β_i k_i·k_i``;
     ``carry`` False starts every chunk from the given state; ``decay_query`` False reads the chunk's start state
@@ -57,16 +60,21 @@ def chunked(*, strict_output=False, diagonal_in_system=False, carry=True, decay_
     side (the system never solved); ``beta_on_columns`` scales ``A``'s columns by β (β_j, not β_i);
     ``decay_transposed`` uses ``exp(γ_j − γ_i)`` inside the chunk; ``exclusive`` takes γ without each position's
     own g (``"padded"``: code that pads the last chunk with g = 0 then ends a short chunk at the whole sum);
-    ``key_decay_from_start`` writes the state with ``exp(γ_i)`` instead of ``exp(γ_C − γ_i)``."""
+    ``key_decay_from_start`` writes the state with ``exp(γ_i)`` instead of ``exp(γ_C − γ_i)``; ``decay_rhs`` False
+    reads the start state on the right-hand side without ``exp(γ_i)``; ``beta_in_rhs`` False leaves β out of the
+    right-hand side (not out of ``A``); ``decay_memory`` False carries the start state to the chunk's end without
+    ``exp(γ_C)``; ``key_decay_inverted`` writes the state with ``exp(γ_i − γ_C)``; ``gamma_over_sequence`` takes γ
+    as the cumulative sum over the whole sequence, never restarted at a chunk."""
     def rule(q, k, v, g, beta, chunk_size=64, state=None):
         zeros = torch.zeros(*q.shape[:-2], q.shape[-1], v.shape[-1], dtype=q.dtype)
         start_state = zeros if state is None or not use_state else state
         memory, out = start_state, []
+        whole = g.cumsum(-1)
         for start in range(0, q.shape[-2], chunk_size):
             part = slice(start, start + chunk_size)
             qc, kc, vc, gc, bc = q[..., part, :], k[..., part, :], v[..., part, :], g[..., part], beta[..., part]
             c = qc.shape[-2]
-            gamma = gc.cumsum(-1) - (gc if exclusive else 0.0)
+            gamma = whole[..., part] if gamma_over_sequence else gc.cumsum(-1) - (gc if exclusive else 0.0)
             lower = torch.ones(c, c, dtype=torch.bool).tril()
             gap = gamma[..., None, :] - gamma[..., :, None] if decay_transposed else gamma[..., :, None] - gamma[..., None, :]
             decay = gap.masked_fill(~lower, float("-inf")).exp()
@@ -75,7 +83,7 @@ def chunked(*, strict_output=False, diagonal_in_system=False, carry=True, decay_
             a = system_sign * scale * (kc @ kc.transpose(-2, -1)) * decay
             system = (a.tril() if diagonal_in_system else a.tril(-1)) + torch.eye(c, dtype=q.dtype)
             memory0 = memory if carry else start_state
-            rhs = bc[..., None] * (vc - (gamma.exp()[..., None] * kc) @ memory0)
+            rhs = (bc[..., None] if beta_in_rhs else 1.0) * (vc - ((gamma.exp()[..., None] if decay_rhs else 1.0) * kc) @ memory0)
             delta = torch.linalg.solve_triangular(system, rhs, upper=False) if solve else rhs
             scores = (qc @ kc.transpose(-2, -1)) * decay
             scores = scores.tril(-1) if strict_output else scores
@@ -83,8 +91,9 @@ def chunked(*, strict_output=False, diagonal_in_system=False, carry=True, decay_
             out.append(read + scores @ delta)
             end = gamma[..., -1:] if c == chunk_size or not short_end_at_zero else torch.zeros_like(gamma[..., -1:])
             end = gc.sum(-1, keepdim=True) if exclusive == "padded" and c < chunk_size else end
-            to_end = gamma.exp() if key_decay_from_start else (end - gamma).exp() if decay_key else torch.ones_like(gamma)
-            memory = end[..., None].exp() * memory0 + (to_end[..., None] * kc).transpose(-2, -1) @ delta
+            to_end = (gamma.exp() if key_decay_from_start else (gamma - end).exp() if key_decay_inverted else
+                      (end - gamma).exp() if decay_key else torch.ones_like(gamma))
+            memory = (end[..., None].exp() if decay_memory else 1.0) * memory0 + (to_end[..., None] * kc).transpose(-2, -1) @ delta
         return torch.cat(out, dim=-2), memory
     return rule
 
@@ -120,6 +129,16 @@ MISTAKES = (
     Mistake("块末更新状态时 k 乘的是 exp(γ_i)（应是 exp(γ_C − γ_i)）", "位置 i 写入的 k_i δ_iᵀ 从位置 i 到块末还要衰减 "
             "exp(γ_C − γ_i)，不是从块开始算的 exp(γ_i)：memory ← exp(γ_C) memory + (k ⊙ exp(γ_C − γ))ᵀ δ。",
             chunked(key_decay_from_start=True)),
+    Mistake("右边读块开始时的状态时 k 没有乘 exp(γ_i)", "右边是 β ⊙ (v − (exp(γ) ⊙ k) S₀)：位置 i 读到的旧状态从块开始已经衰减了 "
+            "exp(γ_i)，和输出里 (q ⊙ exp(γ)) S₀ 的道理一样。", chunked(decay_rhs=False)),
+    Mistake("右边漏了 β（只在 A 里乘了 β）", "修正量满足 (I + A) δ = β ⊙ (v − (exp(γ) ⊙ k) S₀)：β 既在 A 的每一行，也乘在右边；"
+            "写入强度 β_i 决定这个位置改写多少。", chunked(beta_in_rhs=False)),
+    Mistake("块末的状态里，块开始时的状态没有乘 exp(γ_C)", "到块末，块开始时的状态衰减了整块的 exp(γ_C)："
+            "S_C = exp(γ_C) S₀ + Σ_i exp(γ_C − γ_i) k_i δ_iᵀ，两项都要衰减。", chunked(decay_memory=False)),
+    Mistake("块末更新状态时 k 乘的是 exp(γ_i − γ_C)（指数的符号反了）", "位置 i 写入的东西到块末衰减了 exp(γ_C − γ_i) ≤ 1："
+            "γ_C 是到块末的累积和，比 γ_i 更负。", chunked(key_decay_inverted=True)),
+    Mistake("γ 是整个序列的累积和，没有在每一块重新开始", "γ 是块内的累积和：每一块从 0 开始累加 g。整段的累积和里含着前面各块的衰减，"
+            "它们在块开始时的状态里已经算过了，再乘一次就重复了。", chunked(gamma_over_sequence=True)),
     Mistake("忽略了传进来的 state", "state 不是 None 时，第一块从它开始，而不是从零开始：这样接着上一段算，和一次算完整段一样。",
             chunked(use_state=False)),
     Mistake("读块开始时的状态时 q 没有乘 exp(γ_i)", "从块开始到位置 i，状态已经衰减了 exp(γ_i)，γ_i 是块内 g 的累积和："

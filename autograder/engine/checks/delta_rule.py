@@ -11,6 +11,7 @@ from autograder.engine.checks.linear_attention_recurrent import (
     rule_cases,
     rule_variant,
 )
+from autograder.engine.combined import variants
 from autograder.engine.inputs import linear_attention as inputs
 from autograder.engine.inputs.seeded import generator
 from autograder.engine.model import Exercise, Mistake
@@ -32,6 +33,7 @@ def cases() -> list[Case]:
     return [hand_case(), *rule_cases(generator(82), lambda gen, *shape, dtype: (inputs.beta(gen, *shape, dtype=dtype),))]
 
 
+@variants
 def _delta(**how):
     wrong = rule_variant(**how)
     return lambda q, k, v, beta, state=None: wrong(q, k, v, beta=beta, state=state)

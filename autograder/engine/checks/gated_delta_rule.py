@@ -12,6 +12,7 @@ from autograder.engine.checks.linear_attention_recurrent import (
     rule_cases,
     rule_variant,
 )
+from autograder.engine.combined import variants
 from autograder.engine.inputs import linear_attention as inputs
 from autograder.engine.inputs.seeded import generator
 from autograder.engine.model import Exercise, Mistake
@@ -40,6 +41,7 @@ def cases() -> list[Case]:
     return [hand_case(), *rule_cases(generator(83), _gates)]
 
 
+@variants
 def gated(**how):
     """``rule_variant`` with the gated delta rule's signature."""
     wrong = rule_variant(**how)

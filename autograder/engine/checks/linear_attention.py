@@ -2,6 +2,7 @@
 ``o_t = Σ_{j≤t} (q_t·k_j) v_j``, on the hand example, seeded shapes (T = 1, Dk ≠ Dv) and three dtypes."""
 import torch
 
+from autograder.engine.combined import variants
 from autograder.engine.inputs import linear_attention as inputs
 from autograder.engine.inputs.seeded import generator, three_tokens
 from autograder.engine.model import Exercise, Mistake
@@ -26,51 +27,39 @@ def cases() -> list[Case]:
     return found
 
 
-def _masked(keep):
+@variants
+def _wrong(*, mask="causal", scaled=False, softmax=False, normalised=False, feature_map=False, swapped=False):
+    """Linear attention written out, right by default, with one thing changed: ``mask`` "none" (no mask) or
+    "strict" (j < t only); ``scaled`` divides the scores by √Dk; ``softmax`` takes a softmax over the visible
+    scores; ``normalised`` divides by the sum of the weights; ``feature_map`` puts Katharopoulos et al.'s
+    φ(x) = elu(x) + 1 on q and k; ``swapped`` scores k @ qᵀ."""
     def wrong(q, k, v):
-        seq = q.shape[-2]
-        return (q @ k.transpose(-2, -1)).masked_fill(~keep(seq), 0.0) @ v
+        if feature_map:
+            q, k = torch.nn.functional.elu(q) + 1, torch.nn.functional.elu(k) + 1
+        q, k = (k, q) if swapped else (q, k)
+        ones = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool)
+        keep = {"causal": ones.tril(), "none": ones, "strict": ones.tril(-1)}[mask]
+        scores = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5 if scaled else 1.0)
+        if softmax:
+            return torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1) @ v
+        weights = scores.masked_fill(~keep, 0.0)
+        return weights @ v / (weights.sum(-1, keepdim=True) if normalised else 1.0)
     return wrong
-
-
-def _softmax(q, k, v):
-    seq = q.shape[-2]
-    causal = torch.ones(seq, seq, dtype=torch.bool).tril()
-    return torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~causal, float("-inf")), dim=-1) @ v
-
-
-def _scaled(q, k, v):
-    return linear_attention(q * q.shape[-1] ** -0.5, k, v)
-
-
-def _normalised(q, k, v):
-    seq = q.shape[-2]
-    scores = (q @ k.transpose(-2, -1)).masked_fill(~torch.ones(seq, seq, dtype=torch.bool).tril(), 0.0)
-    return scores @ v / scores.sum(-1, keepdim=True)
-
-
-def _feature_map(q, k, v):
-    """Katharopoulos et al.'s φ(x) = elu(x) + 1 on q and k."""
-    return linear_attention(torch.nn.functional.elu(q) + 1, torch.nn.functional.elu(k) + 1, v)
-
-
-def _keys_times_queries(q, k, v):
-    return linear_attention(k, q, v)
 
 
 MISTAKES = (
     Mistake("没有因果掩码", "位置 t 只能用 j ≤ t 的 key 和 value：分数矩阵乘 v 之前，把上三角（j > t）置 0。",
-            _masked(lambda seq: torch.ones(seq, seq, dtype=torch.bool))),
+            _wrong(mask="none")),
     Mistake("掩码把对角线也去掉了（只用了 j < t）", "o_t 的求和包括 j = t 自己：保留下三角和对角线（tril()，不是 tril(-1)）。",
-            _masked(lambda seq: torch.ones(seq, seq, dtype=torch.bool).tril(-1))),
-    Mistake("用了 softmax", "线性注意力去掉了 softmax：直接用 q_t·k_j 当权重，被遮住的位置置 0，不是 −inf。", _softmax),
-    Mistake("分数除以了 √Dk", "这里的函数照原样用 q：1/√Dk 由 Gated DeltaNet 层在外面乘到 q 上。", _scaled),
+            _wrong(mask="strict")),
+    Mistake("用了 softmax", "线性注意力去掉了 softmax：直接用 q_t·k_j 当权重，被遮住的位置置 0，不是 −inf。", _wrong(softmax=True)),
+    Mistake("分数除以了 √Dk", "这里的函数照原样用 q：1/√Dk 由 Gated DeltaNet 层在外面乘到 q 上。", _wrong(scaled=True)),
     Mistake("除以了权重之和（归一化的线性注意力）", "这门课的线性注意力不归一化：o_t = Σ_{j≤t} (q_t·k_j) v_j，"
-            "不除以 Σ_j q_t·k_j。", _normalised),
+            "不除以 Σ_j q_t·k_j。", _wrong(normalised=True)),
     Mistake("用了 Katharopoulos 等人的特征映射 φ(x) = elu(x) + 1", "那篇论文用 φ(q)·φ(k) 代替 exp(q·k)，还要除以归一化项；"
-            "这门课（和 DeltaNet、Gated DeltaNet 一样）直接用 q_t·k_j，不加特征映射，也不归一化。", _feature_map),
+            "这门课（和 DeltaNet、Gated DeltaNet 一样）直接用 q_t·k_j，不加特征映射，也不归一化。", _wrong(feature_map=True)),
     Mistake("分数算成了 k @ qᵀ（q、k 的位置反了）", "位置 t 用自己的 query 去读前面的 key：分数 [t, j] = q_t·k_j，即 q @ kᵀ，"
-            "再只留下 j ≤ t。", _keys_times_queries),
+            "再只留下 j ≤ t。", _wrong(swapped=True)),
 )
 
 EXERCISE = Exercise("linear_attention", 2, linear_attention, cases, MISTAKES)

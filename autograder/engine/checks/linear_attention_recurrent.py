@@ -4,6 +4,7 @@ given state, continued from its own state, and on a long input (the state does n
 import torch
 
 from autograder.engine.checks.linear_attention import hand_case
+from autograder.engine.combined import variants
 from autograder.engine.inputs import linear_attention as inputs
 from autograder.engine.inputs.seeded import generator
 from autograder.engine.model import Exercise, Mistake
@@ -83,6 +84,7 @@ def rule_variant(*, gate=torch.exp, decay_at="first", correction=True, beta_insi
     return rule
 
 
+@variants
 def _linear(**how):
     wrong = rule_variant(correction=False, **how)
     return lambda q, k, v, state=None: wrong(q, k, v, state=state)

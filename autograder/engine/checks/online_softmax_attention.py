@@ -71,40 +71,45 @@ def _masked_extremes(gen) -> list[Case]:
     ]
 
 
-def _blocks(q, k, v, mask, block_size):
-    """(scores, raw scores, v) of each block of keys: the scores masked with -inf, and as they were."""
+def _blocks(q, k, v, mask, block_size, fill=float("-inf")):
+    """(scores, raw scores, v) of each block of keys: the scores masked with ``fill`` (-inf), and as they were."""
     if mask is not None:
         mask = mask.expand(*mask.shape[:-1], k.shape[-2])
     for start in range(0, k.shape[-2], block_size):
         block = slice(start, start + block_size)
         raw = attention_scores(q, k[..., block, :])
-        scores = raw if mask is None else raw.masked_fill(~mask[..., block], float("-inf"))
+        scores = raw if mask is None else raw.masked_fill(~mask[..., block], fill)
         yield scores, raw, v[..., block, :]
 
 
 def _online(q, k, v, mask=None, block_size=16, *, rescale_out=True, rescale_sum=True, start_max=float("-inf"),
             guard_shift=True, guard_divide=True, keep_shift=False, max_before_mask=False, inverted=False,
-            block_max_only=False, shift_by_block=False):
+            block_max_only=False, shift_by_block=False, shift_by_old=False, fill=float("-inf"), divide=True):
     """The running-max loop with one of its parts left out or wrong (each flag changed is one mistake):
     ``keep_shift`` keeps the shift (0 for a row that has seen no key yet) as the running max;
     ``max_before_mask`` takes each block's max over the scores before masking; ``inverted`` rescales by
     ``exp(m′ − m)`` instead of ``exp(m − m′)``; ``block_max_only`` shifts each block by its own max, never the max
     of the blocks before it; ``shift_by_block`` shifts the block's exponentials by the block's own max while the
-    sums are rescaled to the running max."""
+    sums are rescaled to the running max; ``shift_by_old`` shifts them by the running max before this block's;
+    ``fill`` is what masked scores are set to; without ``divide`` the sum of the weighted values is returned as
+    it is."""
     rows = (q @ k[..., :1, :].mT).shape[:-1]
     running_max = torch.full((*rows, 1), start_max, dtype=q.dtype)
     running_sum = torch.zeros(*rows, 1, dtype=q.dtype)
     out = torch.zeros(*rows, v.shape[-1], dtype=q.dtype)
-    for scores, raw, values in _blocks(q, k, v, mask, block_size):
+    for scores, raw, values in _blocks(q, k, v, mask, block_size, fill):
         block_max = (raw if max_before_mask else scores).amax(dim=-1, keepdim=True)
         new_max = block_max if block_max_only else torch.maximum(running_max, block_max)
         shift = new_max.nan_to_num(neginf=0.0) if guard_shift else new_max
-        own = block_max.nan_to_num(neginf=0.0) if shift_by_block else shift
+        own = (block_max.nan_to_num(neginf=0.0) if shift_by_block else
+               running_max.nan_to_num(neginf=0.0) if shift_by_old else shift)
         weights = torch.exp(scores - own)
         rescale = torch.exp(shift - running_max) if inverted else torch.exp(running_max - shift)
         running_sum = running_sum * (rescale if rescale_sum else 1.0) + weights.sum(dim=-1, keepdim=True)
         out = out * (rescale if rescale_out else 1.0) + weights @ values
         running_max = shift if keep_shift else new_max
+    if not divide:
+        return out
     if guard_divide:
         return torch.where(running_sum > 0, out / running_sum, 0.0)
     return out / running_sum
@@ -179,6 +184,18 @@ MISTAKES = (
     Mistake("每一块的 exp 减的是这一块自己的最大值，不是 running max", "之前的和按 m′ 换了基准，这一块的 exp(s − m_块) "
             "也要在同一个基准上：p = exp(s − m′)，m′ = max(m, m_块)。减 m_块 时，最大值比 m′ 小的块权重大了 exp(m′ − m_块) 倍。",
             lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, shift_by_block=True)),
+    Mistake("这一块的 exp 减的是更新之前的 running max", "先把 running max 更新成 m′ = max(m, 这一块的最大值)，再算这一块的 "
+            "p = exp(s − m′)：之前的和乘 exp(m − m′) 换到了 m′ 上，这一块的 exp 也要在 m′ 上，两者才能相加。",
+            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, shift_by_old=True)),
+    Mistake("被遮住的分数填的是 0，不是 −inf", "填 0 的 key 仍然有 exp(0 − m) 的权重，也就仍然被看见了：被遮住的分数要填 "
+            "float(\"-inf\")，exp 之后才正好是 0。", lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, fill=0.0)),
+    Mistake("被遮住的分数填的是 dtype 的最小值（torch.finfo(dtype).min），不是 −inf",
+            "有看得见的 key 时两者一样；可整行都被遮住时，running max 就是这个最小值，每个被遮住的 key 都得到 exp(0) = 1，"
+            "输出成了 v 的平均，而不是 0。online softmax 里填 float(\"-inf\")，平移时把 −inf 的 max 换成 0，最后只在 z > 0 处相除。",
+            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, fill=torch.finfo(q.dtype).min)),
+    Mistake("最后没有除以 running sum", "循环结束时 a = Σ exp(s − m)·v 只是分子：输出是 a / z（z 是 running sum），"
+            "整行被遮住（z = 0）的地方输出 0。", lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size,
+                                                                                      divide=False)),
     Mistake("每一块单独做了 softmax，再把各块的输出平均", "各块的 softmax 分母不一样，块里 exp 的总量也不一样，不能等权平均："
             "用同一个 running max 累加分子和分母，最后除一次。", lambda q, k, v, m=None, block_size=16:
             _per_block(q, k, v, m, block_size, mean=True)),

@@ -172,7 +172,7 @@ MISTAKES = (
             "然后 q 再乘 Dk^(−1/2)。", _variant(l2=None)),
     Mistake("L2 归一化做在了拆成头之前（对所有 key 维一起）", "按头归一化：先 reshape 成 [B, T, H_k, Dk]，在每个头的 Dk 维上归一化。",
             _variant(l2="whole")),
-    Mistake("q 没有乘 Dk^(−1/2)", "L2 归一化之后 q 还要乘 Dk^(−1/2)；这门课的 delta rule 函数照原样用 q，"
+    Mistake("L2 归一化之后 q 没有乘 Dk^(−1/2)", "L2 归一化之后 q 还要乘 Dk^(−1/2)（乘在归一化之前会被归一化抵掉，等于没乘）；这门课的 delta rule 函数照原样用 q，"
             "所以缩放由这一层在调用之前做（Hugging Face 的 kernel 在里面做）。", _variant(q_scale=0.0)),
     Mistake("q 缩放了两次（乘了 1/Dk）", "q 只乘一次 Dk^(−1/2)。", _variant(q_scale=-1.0)),
     # Without softplus g > 0 wherever a + dt_bias < 0, and the state grows by exp(g) at each step: after a few

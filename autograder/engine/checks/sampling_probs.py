@@ -7,6 +7,7 @@ lies far enough from the nearest probability that rounding in the case's own dty
 (``tests/checks/test_seeded_mistakes.py`` checks both)."""
 import torch
 
+from autograder.engine.combined import variants
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
 from autograder.engine.model import Exercise, Mistake
 from autograder.engine.protocols import Case
@@ -80,6 +81,7 @@ def verify(case: Case, got: torch.Tensor) -> str | None:
     return None
 
 
+@variants
 def _filtered(*, temperature_on="logits", k_shift=0, k_dim=-1, p_on="renormalised", crossing=True, keep_first=False,
               ranked=True, renormalise=True, top_p_first=False, softmax_dim=-1):
     """``sampling_probs`` with one thing done differently: the temperature on ``"logits"`` (right), ``"times"``
@@ -87,7 +89,7 @@ def _filtered(*, temperature_on="logits", k_shift=0, k_dim=-1, p_on="renormalise
     ``k + k_shift`` tokens along ``k_dim``; top-p on the ``"renormalised"`` top-k result (right), or on the
     ``"untempered"`` distribution; ``crossing``: top-p keeps the token that crosses p; ``keep_first``: it keeps
     the most likely token whatever p is (the guard real samplers have); ``ranked``: top-p adds probabilities from
-    the most likely down (else in vocabulary order); ``renormalise``: rows divided by their sum (at all);
+    the most likely down (else in vocabulary order); ``renormalise``: rows divided by their sum (at all; ``"top_p_only"``: only in top-p's step);
     ``top_p_first``: top-p before top-k."""
     def fn(logits, temperature=1.0, top_k=None, top_p=None):
         scaled = {"logits": logits / temperature, "times": logits * temperature, "twice": logits / temperature ** 2,
@@ -95,14 +97,15 @@ def _filtered(*, temperature_on="logits", k_shift=0, k_dim=-1, p_on="renormalise
         probs = torch.softmax(scaled, dim=softmax_dim)
         chooses = torch.softmax(logits, dim=softmax_dim) if p_on == "untempered" else probs
 
-        def normal(p):
-            return p / p.sum(dim=-1, keepdim=True) if renormalise else p
+        def normal(p, step="end"):
+            wanted = renormalise is True or (renormalise == "top_p_only" and step == "end" and top_p is not None)
+            return p / p.sum(dim=-1, keepdim=True) if wanted else p
 
         def top_k_of(p):
             if top_k is None or top_k + k_shift >= p.shape[-1]:
                 return p
             kth = p.topk(top_k + k_shift, dim=k_dim).values.narrow(k_dim, top_k + k_shift - 1, 1)
-            return normal(p.masked_fill(p < kth, 0.0))
+            return normal(p.masked_fill(p < kth, 0.0), "top_k")
 
         def top_p_of(p):
             if top_p is None:
@@ -151,6 +154,9 @@ MISTAKES = (
             _filtered(p_on="untempered")),
     Mistake("没有重新归一化", "去掉一些 token 之后，剩下的概率加起来不到 1：除以每行的和（probs / probs.sum(-1, keepdim=True)），"
             "top-p 也要在归一化后的分布上做。", _filtered(renormalise=False)),
+    Mistake("只在 top-p 里重新归一化了（只用 top-k 时概率加起来不到 1）", "top-k 去掉一些 token 之后就要重新归一化：只给 top_k "
+            "时，留下的概率也要加起来是 1；给了 top_p 时，top-p 也要在归一化后的分布上累加。",
+            _filtered(renormalise="top_p_only")),
 )
 
 OUTPUT_NAMES = ("probs [B, V]",)
