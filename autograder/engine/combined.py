@@ -34,14 +34,13 @@ def pairs(exercise: Exercise) -> tuple[Mistake, ...]:
     builder (``variants``) makes with different settings, made together."""
     stepped = [m for m in exercise.mistakes if _steps(m)]
     built = [m for m in exercise.mistakes if _settings(m)]
+    made = [(a, b, _both(a.fn, b.fn)) for i, a in enumerate(stepped) for b in stepped[i + 1:]
+            if a.fn.__bases__ == b.fn.__bases__ and not _steps(a) & _steps(b)]
+    made += [(a, b, _made(a.fn.made_as[0], tuple(sorted(_settings(a) | _settings(b)))))
+             for i, a in enumerate(built) for b in built[i + 1:]
+             if a.fn.made_as[0] is b.fn.made_as[0] and not _keys(a) & _keys(b)]
     return tuple(Mistake(f"{a.name}；{b.name}", f"这里有两个错。① {a.hint} ② {b.hint}", fn,
-                         native_dtype=a.native_dtype or b.native_dtype)
-                 for a, b, fn in (*((a, b, _both(a.fn, b.fn)) for i, a in enumerate(stepped) for b in stepped[i + 1:]
-                                    if a.fn.__bases__ == b.fn.__bases__ and not _steps(a) & _steps(b)),
-                                  *((a, b, _made(a.fn.made_as[0], tuple(sorted(_settings(a) | _settings(b)))))
-                                    for i, a in enumerate(built) for b in built[i + 1:]
-                                    if a.fn.made_as[0] is b.fn.made_as[0]
-                                    and not {k for k, _ in _settings(a)} & {k for k, _ in _settings(b)})))
+                         native_dtype=a.native_dtype or b.native_dtype) for a, b, fn in made)
 
 
 def on_base(exercise: Exercise, base: str, named: str) -> tuple[Mistake, ...]:
@@ -81,6 +80,11 @@ def _settings(mistake: Mistake) -> set[tuple[str, object]]:
             or mistake.tried_on is not None:
         return set()
     return set(mistake.fn.made_as[1])
+
+
+def _keys(mistake: Mistake) -> set[str]:
+    """Which of its builder's settings a ``variants`` mistake changes."""
+    return {key for key, _ in _settings(mistake)}
 
 
 @functools.cache

@@ -50,18 +50,19 @@ def _wrong(*, same=False, future=False, use_state=True, state_from_x=False, stat
            silu=False):
     """causal_conv1d written out, right by default, with one thing changed: ``same`` pads both sides as
     padding="same" does, the given state and x together ("full") or x alone ("x"); ``future`` pads x with K − 1
-    zeros on both sides and keeps the last T outputs (each sees x_t … x_{t+K−1}); ``use_state`` False ignores a given conv_state; ``state_from_x`` keeps only this call's
-    x for the new state; ``state_width`` "K" keeps K columns; ``flipped`` flips the kernel; ``silu`` applies SiLU
-    to the output."""
+    zeros on both sides and keeps the last T outputs (each sees x_t … x_{t+K−1}); ``use_state`` False ignores a
+    given conv_state; ``state_from_x`` keeps only this call's x for the new state; ``state_width`` "K" keeps K
+    columns; ``flipped`` flips the kernel; ``silu`` applies SiLU to the output."""
     def wrong(x, weight, conv_state=None):
         width, seq = weight.shape[-1], x.shape[-1]
         kernel = (weight.flip(-1) if flipped else weight).to(x.dtype)
         full = torch.cat([_past(x, weight, conv_state if use_state else None), x], dim=-1)
-        y = F.conv1d(full, kernel, groups=x.shape[1])
         if same or future:  # padding="same" puts (K − 1) // 2 zeros on the left and the rest on the right
             left = width - 1 if future else (width - 1) // 2
             padded = F.pad(full if same == "full" else x, (left, width - 1 if future else width - 1 - left))
             y = F.conv1d(padded, kernel, groups=x.shape[1])[..., -seq:]
+        else:
+            y = F.conv1d(full, kernel, groups=x.shape[1])
         kept = width if state_width == "K" else width - 1
         state = x[..., seq - min(width - 1, seq):] if state_from_x else full[..., max(full.shape[-1] - kept, 0):]
         return F.silu(y) if silu else y, state

@@ -89,8 +89,8 @@ def _filtered(*, temperature_on="logits", k_shift=0, k_dim=-1, p_on="renormalise
     ``k + k_shift`` tokens along ``k_dim``; top-p on the ``"renormalised"`` top-k result (right), or on the
     ``"untempered"`` distribution; ``crossing``: top-p keeps the token that crosses p; ``keep_first``: it keeps
     the most likely token whatever p is (the guard real samplers have); ``ranked``: top-p adds probabilities from
-    the most likely down (else in vocabulary order); ``renormalise``: rows divided by their sum (at all; ``"top_p_only"``: only in top-p's step);
-    ``top_p_first``: top-p before top-k."""
+    the most likely down (else in vocabulary order); ``renormalise``: rows divided by their sum (at all;
+    ``"top_p_only"``: only in top-p's step); ``top_p_first``: top-p before top-k."""
     def fn(logits, temperature=1.0, top_k=None, top_p=None):
         scaled = {"logits": logits / temperature, "times": logits * temperature, "twice": logits / temperature ** 2,
                   "none": logits}[temperature_on]
