@@ -72,9 +72,9 @@ def digest(path) -> str:
 
 
 def outputs(out) -> dict[str, str]:
-    """Every output file's text, the measured seconds (slowest submissions) left out."""
-    files = {p.relative_to(out).as_posix(): p.read_text(encoding="utf-8") for p in out.rglob("*")
-             if p.is_file() and state_folder(out) not in p.parents}
+    """Every output file's text (a zip's bytes), the measured seconds (slowest submissions) left out."""
+    files = {p.relative_to(out).as_posix(): p.read_bytes() if p.suffix == ".zip" else p.read_text(encoding="utf-8")
+             for p in out.rglob("*") if p.is_file() and state_folder(out) not in p.parents}
     files["report.html"] = re.sub(r'<section class="slowest">.*?</section>', "", files["report.html"], flags=re.DOTALL)
     return files
 

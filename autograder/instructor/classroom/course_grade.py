@@ -3,7 +3,7 @@
     course-grade PATH [--assignment A ...] [--jobs N] [--out DIR] [--shard I/N] [--notebook-timeout S]
     course-grade --merge SHARD_OUT [SHARD_OUT ...] --out DIR
 
-PATH is a class folder (see ``roster.LAYOUTS``). Notebooks are graded in parallel by warm workers, each
+PATH is a class folder (see ``roster.LAYOUTS``), or an LMS's download zip as it was downloaded (``download``). Notebooks are graded in parallel by warm workers, each
 with its own sandbox, through the same engine as ``pytest autograder/``. Results are kept per notebook in
 ``DIR/.course-grade/`` under a hash of its content and of the grader, so a second run grades only what
 changed, and Ctrl-C loses only the notebooks being graded at that moment. The outputs in DIR —
@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +25,9 @@ from autograder.engine import limits
 from autograder.engine.ipynb import NotebookError
 from autograder.engine.sandbox.walls import describe_missing
 from autograder.instructor.classroom import roster as class_roster
+from autograder.instructor.classroom.canvas_return import CSV as CANVAS_CSV
+from autograder.instructor.classroom.canvas_return import FEEDBACK as CANVAS_FEEDBACK
+from autograder.instructor.classroom.download import DownloadError, is_download, unpacked
 from autograder.instructor.classroom.graded_class import Entry, GradedClass, state_folder
 from autograder.instructor.classroom.outputs import FEEDBACK, FILES, Written, write_outputs
 from autograder.instructor.classroom.progress import Progress, duration
@@ -58,7 +61,8 @@ def _arguments(argv) -> argparse.Namespace:
         prog="course-grade", description="Grade a whole class: a gradebook, the class's named mistakes, a report "
         "and per-student feedback.", epilog=class_roster.LAYOUTS, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
-                        help="the class folder (with --merge: the output folders of the shards)")
+                        help="the class folder, or the LMS's download zip as downloaded (with --merge: the output "
+                        "folders of the shards)")
     parser.add_argument("--assignment", nargs="+", action="extend", metavar="A",
                         help="grade only these assignments (default: every assignment found)")
     parser.add_argument("--jobs", type=int, default=default_jobs(), metavar="N",
@@ -92,10 +96,12 @@ def main(argv=None) -> int:
             written = write_outputs(args.out, graded, [ResultStore(state_folder(args.out) / "results")])
             _summary(args.out, written, f"merged {len(args.paths)} shards")
             return 0
-        run = ClassRun(args)
-        run.plan()
-        return run.write() if run.grade() else INTERRUPTED
-    except (class_roster.RosterError, ShardError, FileNotFoundError) as e:
+        path = args.paths[0]
+        with unpacked(path) if is_download(path) else nullcontext(path) as folder:
+            run = ClassRun(args, folder)
+            run.plan()
+            return run.write() if run.grade() else INTERRUPTED
+    except (class_roster.RosterError, ShardError, DownloadError, FileNotFoundError) as e:
         print(f"course-grade: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -112,16 +118,15 @@ def _check_folders(path: Path, out: Path) -> None:
 class ClassRun:
     """One ``course-grade PATH`` run: ``plan`` what to grade, ``grade`` it on warm workers, ``write`` the outputs."""
 
-    def __init__(self, args):
-        self.args, self.out, self.shard = args, args.out, args.shard
+    def __init__(self, args, folder: Path):
+        self.args, self.folder, self.out, self.shard = args, folder, args.out, args.shard
         self.entries: list[Entry] = []  # one per notebook handed in, in the roster's order
         self.groups: dict[str, list[int]] = {}  # key of a notebook still to grade -> its entries (identical notebooks)
 
     def plan(self) -> None:
         """The shard's notebooks, each one's key, and which of them the store does not hold yet."""
-        path = self.args.paths[0]
-        _check_folders(path, self.out)
-        self.roster = class_roster.find(path, self.args.assignment)
+        _check_folders(self.folder, self.out)
+        self.roster = class_roster.find(self.folder, self.args.assignment)
         chosen = set(shard_students(self.roster.students, self.shard))
         self.handed = [h for h in self.roster.handed if h.student in chosen]
         self.fingerprints = grader_fingerprints(self.args.notebook_timeout)
@@ -238,6 +243,9 @@ def _summary(out: Path, written: Written, what: str, missing_walls=None, ignored
         print(f"  {stats.assignment:<{width}}{len(stats.scores):>4}/{written.students:<5} {mean:<11} "
               f"{100 * stats.full_marks():>5.0f}%      {common}")
     print(f"Wrote {', '.join(FILES)} and {written.pages} pages in {FEEDBACK}/ to {out}")
+    if written.canvas:
+        print(f"For Canvas: {CANVAS_CSV} (Grades → Import; name each assignment's column as in Canvas first) and "
+              f"{CANVAS_FEEDBACK}/<assignment>.zip (the assignment's Re-Upload Submissions)")
     problems = sorted({p for s in written.stats for p in s.grader_problems})
     if problems:
         print(f"⚠ The grader itself failed on notebooks of {len(problems)} students ({', '.join(problems[:10])}"

@@ -30,11 +30,12 @@ def spreadsheet_safe(cell: object) -> object:
     return "'" + cell if isinstance(cell, str) and cell.startswith(_FORMULA_STARTS) else cell
 
 
-def _csv(rows: list[list]) -> str:
-    """The CSV text of ``rows``, every cell spreadsheet-safe: the one writer of the course's CSV files."""
+def csv_text(rows: list[list], byte_order_mark: bool = True) -> str:
+    """The CSV text of ``rows``, every cell spreadsheet-safe: the one writer of the course's CSV files (with the
+    byte-order mark Excel needs, unless told not to: an LMS's import wants none)."""
     buffer = io.StringIO()
     csv.writer(buffer).writerows([spreadsheet_safe(cell) for cell in row] for row in rows)
-    return _BOM + buffer.getvalue()
+    return (_BOM if byte_order_mark else "") + buffer.getvalue()
 
 
 class Gradebook:
@@ -69,7 +70,7 @@ class Gradebook:
         self.rows.append(row + [total, f"{100 * total / self.max_total:.1f}" if self.max_total else ""])
 
     def grades_csv(self) -> str:
-        return _csv([self.header(), *self.rows])
+        return csv_text([self.header(), *self.rows])
 
     def mistake_rows(self) -> list[tuple[str, str, str, list[str]]]:
         """(assignment, exercise, mistake, students): by assignment and exercise, the most common first."""
@@ -79,4 +80,4 @@ class Gradebook:
 
     def mistakes_csv(self) -> str:
         rows = [[a, e, m, len(s), "; ".join(s)] for a, e, m, s in self.mistake_rows()]
-        return _csv([["assignment", "exercise", "mistake", "count", "students"], *rows])
+        return csv_text([["assignment", "exercise", "mistake", "count", "students"], *rows])

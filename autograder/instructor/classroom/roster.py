@@ -22,8 +22,9 @@ Class folder layouts:
                            student); a student folder without assignment folders may hold notebooks or zips
                            named by assignment (Moodle's "one folder per submission" download)
   a flat folder            one .ipynb or .zip per student and assignment, named as below
+  the LMS's download zip   the zip itself, as downloaded: read as the flat folder (or folders) it holds
 File names (the assignment comes from the name, or from --assignment when it names exactly one):
-  Canvas      <name>[_LATE]_<user id>_<submission id>_<file>      student <name>_<user id>
+  Canvas      <name>[_LATE]_<user id>_<file id>_<file>            student <name>_<user id>
   Moodle      <full name>_<id>_assignsubmission_file_<file>       student <full name>_<id>
   Blackboard  <title>_<user>_attempt_<yyyy-mm-dd-hh-mm-ss>_<file> student <user>
   plain       <student>_<assignment>[...] or <assignment>_<student>, e.g. alice_01_attention_basics.ipynb
@@ -41,6 +42,27 @@ _MOODLE = re.compile(r"^(?P<student>.+?_\d+)_assignsubmission_[a-z]+_(?P<file>.*
 _BLACKBOARD = re.compile(r"^.+?_(?P<student>[^_]+)_attempt_\d{4}(?:-\d{2}){5}(?:_(?P<file>.*))?$")
 _MOODLE_FOLDER = re.compile(r"_assignsubmission_[a-z]+_?$")
 _SEPARATORS = "_-. "
+
+
+@dataclass(frozen=True)
+class CanvasName:
+    """What Canvas's download puts in front of a submitted file's name: the student's name, whether it was late,
+    the user id and the file id. ``prefix`` is that part as written: Canvas's "re-upload submissions" routes a
+    file named with it back to that student's submission."""
+
+    name: str
+    late: bool
+    user: str
+    prefix: str
+
+
+def canvas_name(file_name: str) -> CanvasName | None:
+    """The Canvas parts of a file name from Canvas's download, None for any other name."""
+    match = _CANVAS.match(file_name)
+    if not match:
+        return None
+    prefix = file_name[:match.start("file") - 1]
+    return CanvasName(match["name"], bool(match["late"]), match["user"], prefix)
 
 
 class RosterError(Exception):
