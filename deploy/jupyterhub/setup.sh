@@ -10,8 +10,11 @@
 #   course's environment in it (.venv: the course with its graders, nbgrader, the formgrader);
 # - the students' environment STUDENT_ENV: the course's helpers only (course-handout's package: no graders,
 #   no solutions), JupyterLab, nbgrader's student side and JupyterHub, which runs from it;
+# - the source notebooks and release/ in the grader's copy (course-release), which the formgrader's Generate reads;
 # - the Unix groups STUDENTS and INSTRUCTORS (who may log in), nbgrader's exchange (make-exchange.sh), the
-#   Hub's configuration in /etc/jupyterhub, its state in /srv/jupyterhub, and a systemd unit, started.
+#   Hub's configuration in /etc/jupyterhub, its state in /srv/jupyterhub, the course's commands on the PATH of
+#   login shells (/etc/profile.d/attention-course.sh: JupyterLab's terminals are login shells), and a systemd
+#   unit, started (on a machine without systemd, the command that starts the Hub is printed instead).
 # Run it again after committing a change: it pulls the change into the grader's copy (fast-forward only)
 # and reinstalls both environments.
 set -euo pipefail
@@ -22,9 +25,8 @@ INSTRUCTORS=${ATTENTION_COURSE_INSTRUCTORS:-attention-instructors}
 STUDENT_ENV=/opt/attention-course
 # The versions tests/deploy/test_jupyterhub_class.py runs; torch's CPU build (the README's), as the server has no GPU.
 TORCH=torch==2.13.0
-TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX=${ATTENTION_COURSE_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}  # or a mirror of it
 PINS=(jupyterhub==6.1.1 nbgrader==0.9.6 jupyterlab==4.6.6)
-PROXY=configurable-http-proxy@5.3.0
 # The system's Python (apt's, below) for both environments: every account must be able to run it, which a
 # Python in root's home (pyenv, say) is not.
 PYTHON=/usr/bin/python3
@@ -41,7 +43,12 @@ packages=(python3 python3-venv git)
 command -v node >/dev/null || packages+=(nodejs)
 command -v npm >/dev/null || packages+=(npm)
 apt-get install -y "${packages[@]}"
-npm install -g "$PROXY"
+# configurable-http-proxy 5 needs Node 20 or newer; for an older Node (Debian 12's own is 18) its last 4.x.
+if [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ]; then
+    npm install -g configurable-http-proxy@5.3.0
+else
+    npm install -g configurable-http-proxy@4.6.3
+fi
 
 # Homes that `useradd -m` makes from now on are their owner's alone (Debian 12 makes them 0755); the Hub makes an
 # older one 0700 when its owner's server starts (jupyterhub_config.py's private_home).
@@ -70,6 +77,8 @@ chown -R "$GRADER:" "$COURSE_DIR"
 as_grader "$PYTHON" -m venv "$COURSE_DIR/.venv"
 as_grader "$COURSE_DIR/.venv/bin/python" -m pip install "$TORCH" --extra-index-url "$TORCH_INDEX"
 as_grader "$COURSE_DIR/.venv/bin/python" -m pip install -e "$COURSE_DIR[instructor]" "${PINS[@]}"
+# source/*/*.ipynb are built from their jupytext twins, not committed: the formgrader's Generate reads them.
+as_grader "$COURSE_DIR/.venv/bin/course-release"
 
 "$PYTHON" -m venv "$STUDENT_ENV"
 "$STUDENT_ENV/bin/python" -m pip install "$TORCH" --extra-index-url "$TORCH_INDEX"
@@ -88,8 +97,16 @@ install -m 644 "$HERE/student/labconfig/page_config.json" /etc/jupyterhub/studen
 printf 'ATTENTION_COURSE_GRADER=%s\nATTENTION_COURSE_STUDENTS=%s\nATTENTION_COURSE_INSTRUCTORS=%s\n' \
     "$GRADER" "$STUDENTS" "$INSTRUCTORS" > /etc/jupyterhub/attention-course.env
 install -d -m 700 /srv/jupyterhub
-install -m 644 "$HERE/attention-jupyterhub.service" /etc/systemd/system/
-systemctl daemon-reload
-systemctl enable attention-jupyterhub
-systemctl restart attention-jupyterhub
+bash "$HERE/login-path.sh" "$STUDENT_ENV" "$GRADER" "$COURSE_DIR/.venv"
+install -D -m 644 "$HERE/attention-jupyterhub.service" /etc/systemd/system/attention-jupyterhub.service
+if [ -d /run/systemd/system ]; then
+    systemctl daemon-reload
+    systemctl enable attention-jupyterhub
+    systemctl restart attention-jupyterhub
+else
+    echo "This machine does not run systemd (a container?), so the unit is installed but not started. Start the Hub"
+    echo "as root, as the unit would (and again after a reboot), with:"
+    echo "  cd /srv/jupyterhub && env \$(cat /etc/jupyterhub/attention-course.env) \\"
+    echo "      $STUDENT_ENV/bin/jupyterhub -f /etc/jupyterhub/jupyterhub_config.py"
+fi
 echo "JupyterHub is at http://$(hostname -f):8000 (put TLS in front of it). Next: README, \"A class on one server\"."

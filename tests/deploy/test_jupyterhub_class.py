@@ -12,11 +12,17 @@ it. nbgrader's marks equal `pytest autograder/`'s for the same notebooks (the en
 process as the plugin grades), the mistaken student's are lower, the feedback shows no hidden tests, and
 the students' JupyterLab has no instructor menus and no way into the formgrader.
 
+The steps of deploy/jupyterhub/setup.sh that make the class, each with setup.sh's own script or command: the
+grader's copy of the course is a clone of this checkout, in which the grader account runs course-release;
+make-exchange.sh makes the exchange; login-path.sh puts the course's commands on the PATH of login shells, and
+a student's JupyterLab terminal (a login shell) runs course-weights.
+
 Differences from a class server, each the least this machine needs: the accounts are made for the test
 (prefix ``attn-hub-``) and removed after it; the Hub runs in a mount namespace of its own, where /srv (the
-exchange) is an empty tmpfs and any folder closed to other accounts on the way to the test's Python
-(/root, for a pyenv Python) is replaced by an open one holding only that way; the students' and the
-grader's environment are the test's own, and the ports are free ones.
+exchange) and /etc/profile.d are empty tmpfs and any folder closed to other accounts on the way to the test's
+Python (/root, for a pyenv Python) is replaced by an open one holding only that way; the students' and the
+grader's environment are the test's own (setup.sh's installs of torch, JupyterHub and the course into two
+venvs are not run), so course-release runs as ``python -m`` in the clone, and the ports are free ones.
 """
 import contextlib
 import grp
@@ -41,7 +47,6 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from autograder.engine.assignments import ASSIGNMENTS
 from autograder.engine.grading import grade_notebook
-from autograder.instructor.release import build_source_notebook, source_file
 from course.layout import ROOT as REPO
 from tests.chromium import CHROMIUM, answers, free_port, launched
 from tests.notebooks import ASSIGNMENT, filled, source_solutions
@@ -167,6 +172,8 @@ def reach(paths) -> list[str]:
 
 
 NEEDS = needs()
+# The environment whose bin/ holds the course's commands (setup.sh's /opt/attention-course and the grader's venv).
+ENVIRONMENT = Path(sys.executable).parent.parent
 
 
 class Hub:
@@ -195,24 +202,26 @@ class Hub:
 
 @pytest.fixture(scope="module")
 def hub(accounts, tmp_path_factory):
-    """The Hub, up, over the grader's course folder: nbgrader_config.py and 01's source notebook (what
-    `course-release` builds; the formgrader's Generate does the rest)."""
+    """The Hub, up, over the grader's course folder: a clone of this checkout in which the grader ran
+    course-release (the source notebooks the formgrader's Generate reads), as setup.sh makes it."""
     course = accounts / GRADER / "attention-by-hand"
-    source = course / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-    source.parent.mkdir(parents=True)
-    shutil.copy(REPO / "nbgrader_config.py", course)
-    nbformat.write(build_source_notebook(source_file(ASSIGNMENT), ASSIGNMENT), source)
+    run("git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(course))
     run("chown", "-R", f"{GRADER}:", str(course))
     state = tmp_path_factory.mktemp("hub")
     ports = {name: free_port() for name in ("public", "hub", "proxy", "formgrader")}
     (state / "overlay.py").write_text(OVERLAY.format(config=str(DEPLOY / "jupyterhub_config.py"), **ports),
                                       encoding="utf-8")
-    python = Path(sys.executable)
+    python, as_grader = Path(sys.executable), f"runuser -u {GRADER} -- env HOME={shlex.quote(str(accounts / GRADER))}"
     script = " && ".join([
         "mount -t tmpfs -o mode=755 tmpfs /srv",
+        "mount -t tmpfs -o mode=755 tmpfs /etc/profile.d",
         *reach({python.resolve(), Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), REPO}),
-        f"runuser -u {GRADER} -- {shlex.quote(str(python))} -c 'import jupyterhub, nbgrader, autograder'",
+        f"{as_grader} {shlex.quote(str(python))} -c 'import jupyterhub, nbgrader, autograder'",
+        # setup.sh's `course-release` as the grader: the clone's own, run from the clone
+        f"(cd {shlex.quote(str(course))} && {as_grader} {shlex.quote(str(python))} -m autograder.instructor.release)",
         f"bash {shlex.quote(str(DEPLOY / 'make-exchange.sh'))} {GRADER}",
+        f"bash {shlex.quote(str(DEPLOY / 'login-path.sh'))} {shlex.quote(str(ENVIRONMENT))} {GRADER} "
+        f"{shlex.quote(str(ENVIRONMENT))}",
         f"exec {shlex.quote(str(python))} -m jupyterhub -f overlay.py",
     ])
     env = {**os.environ, "ATTENTION_COURSE_GRADER": GRADER, "ATTENTION_COURSE_GRADER_PYTHON": str(python),
@@ -335,6 +344,7 @@ def graded_class(browser, hub):
     page.locator("#refresh_assignments_list").click()
     list_button(page, "submitted", "Fetch Feedback").click()
     page.locator("#submitted_assignments_list a", has_text="view feedback").wait_for()
+    seen["terminal"] = in_a_terminal(page, STUDENT, "command -v course-weights && course-weights --help")
     feedback = list((hub.homes / STUDENT / ASSIGNMENT / "feedback").glob(f"*/{ASSIGNMENT}.html"))
     assert len(feedback) == 1, feedback
     page.goto(f"{hub.url}/user/{STUDENT}/files/{quote(str(feedback[0].relative_to(hub.homes / STUDENT)))}")
@@ -343,6 +353,28 @@ def graded_class(browser, hub):
     intruder.wait_for_load_state()
     seen["student at the formgrader"] = intruder.inner_text("body")
     return seen
+
+
+def in_a_terminal(page, user: str, command: str) -> str:
+    """What ``command`` prints in a new terminal of ``user``'s JupyterLab (``page`` is logged in as them): the
+    shell the Jupyter server starts for JupyterLab's Terminal (a login shell, under a Hub), over its websocket."""
+    return page.evaluate("""async ([base, command]) => {
+        const xsrf = (document.cookie.match(/_xsrf=([^;]+)/) || [])[1] || "";
+        const made = await fetch(`${base}/api/terminals`, {method: "POST", headers: {"X-XSRFToken": xsrf}});
+        const {name} = await made.json();
+        const socket = new WebSocket(`${location.origin.replace("http", "ws")}${base}/terminals/websocket/${name}`);
+        let seen = "";
+        return await new Promise((resolve, reject) => {
+            const timer = setTimeout(() => resolve(seen + "\\n(no end mark within 60 s)"), 60000);
+            socket.onopen = () => socket.send(JSON.stringify(["stdin", command + "; echo END-$((40 + 2))\\r"]));
+            socket.onmessage = (event) => {
+                const [kind, text] = JSON.parse(event.data);
+                if (kind === "stdout") seen += text;
+                if (seen.includes("END-42")) { clearTimeout(timer); socket.close(); resolve(seen); }
+            };
+            socket.onerror = () => reject(new Error(`the terminal's websocket failed after: ${seen}`));
+        });
+    }""", [f"/user/{user}", command])
 
 
 def nbgrader_marks(course: Path, student: str) -> dict[str, float]:
@@ -380,6 +412,12 @@ class TestAClassOnOneServer:
         assert "403" in graded_class["student at the formgrader"]
 
 
+    def test_a_students_terminal_runs_the_courses_commands(self, graded_class):
+        """JupyterLab's terminal is a login shell, whose /etc/profile sets PATH anew: login-path.sh's file puts
+        the course's commands back on it."""
+        printed = graded_class["terminal"]
+        assert str(ENVIRONMENT / "bin" / "course-weights") in printed and "usage: course-weights" in printed, printed
+
     def test_no_student_reads_another_students_work_nor_the_graders(self, graded_class, hub):
         """The first student's home, which useradd made 0755, is hers alone once her server has started: the
         second cannot list it or read her notebook, nor list what the exchange collected, nor read the gradebook."""
@@ -410,5 +448,35 @@ def test_the_students_nbgrader_config_names_the_courses_exchange():
 
 
 def test_the_deploy_scripts_are_valid_bash():
-    for script in ("setup.sh", "make-exchange.sh"):
+    for script in ("setup.sh", "make-exchange.sh", "login-path.sh", "profile.sh"):
         assert subprocess.run(["bash", "-n", str(DEPLOY / script)]).returncode == 0, script
+
+
+def login_path(tmp_path, grader: str) -> tuple[subprocess.CompletedProcess, Path]:
+    target = tmp_path / "profile.d" / "attention-course.sh"
+    done = subprocess.run(["bash", str(DEPLOY / "login-path.sh"), "/opt/attention-course", grader,
+                           "/home/grader/attention-by-hand/.venv", str(target)], capture_output=True, text=True)
+    return done, target
+
+
+def path_after(target: Path, times: int = 1) -> list[str]:
+    """PATH in a shell that has read ``target`` ``times`` times, starting from the PATH /etc/profile sets."""
+    line = "; ".join([f". {shlex.quote(str(target))}"] * times + ['echo "$PATH"'])
+    done = subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", "bash", "--noprofile", "--norc", "-c", line],
+                          capture_output=True, text=True, check=True)
+    return done.stdout.strip().split(":")
+
+
+def test_login_shells_get_the_students_commands_and_the_grader_its_own(tmp_path):
+    me = pwd.getpwuid(os.getuid()).pw_name
+    done, target = login_path(tmp_path, grader="someone-else")
+    assert done.returncode == 0, done.stderr
+    assert path_after(target) == ["/opt/attention-course/bin", "/usr/bin", "/bin"]
+    assert path_after(target, times=2) == ["/opt/attention-course/bin", "/usr/bin", "/bin"]  # not twice
+    done, target = login_path(tmp_path, grader=me)  # this account is the grader: its own environment instead
+    assert path_after(target) == ["/home/grader/attention-by-hand/.venv/bin", "/usr/bin", "/bin"]
+
+
+def test_login_path_refuses_a_value_a_shell_would_read_as_code(tmp_path):
+    done, target = login_path(tmp_path, grader='x"; rm -rf /; "')
+    assert done.returncode == 1 and "only letters" in done.stderr and not target.exists()
