@@ -281,14 +281,17 @@ def formgrader(page, hub: Hub, view: str, row: str = ASSIGNMENT) -> None:
         time.sleep(1)
 
 
-def press(page, row: str, button: str) -> None:
-    """Click a formgrader button (the cell ``button`` of the row holding ``row``) and wait for its answer."""
+def press(page, row: str, button: str) -> str:
+    """Click a formgrader button (the cell ``button`` of the row holding ``row``), wait for its answer and return
+    what the answer's dialog said (for Autograde, nbgrader's log of the notebook)."""
     page.locator("#main-table tr", has_text=row).locator(f"td.{button} a").click()
     answer = page.locator("#success-modal, #error-modal")
     answer.wait_for(state="visible")
-    assert answer.get_attribute("id") == "success-modal", f"{button} of {row}: {answer.inner_text()}"
+    said = answer.text_content()
+    assert answer.get_attribute("id") == "success-modal", f"{button} of {row}: {said}"
     answer.locator(".modal-footer button").click()
     answer.wait_for(state="detached")
+    return said
 
 
 def assignments_tab(page) -> list[str]:
@@ -335,8 +338,7 @@ def graded_class(browser, hub):
     formgrader(teacher, hub, "manage_assignments")
     press(teacher, ASSIGNMENT, "collect")
     formgrader(teacher, hub, f"manage_submissions/{ASSIGNMENT}", row=STUDENT)
-    for student in NOTEBOOKS:
-        press(teacher, student, "autograde")
+    seen["autograde"] = {student: press(teacher, student, "autograde") for student in NOTEBOOKS}
     formgrader(teacher, hub, "manage_assignments")
     press(teacher, ASSIGNMENT, "generate-feedback")
     press(teacher, ASSIGNMENT, "release-feedback")
@@ -397,6 +399,16 @@ class TestAClassOnOneServer:
             assert sum(by_nbgrader.values()) == EXPECTED[student], student
         with Gradebook(f"sqlite:///{hub.course / 'gradebook.db'}") as gradebook:
             assert [a.name for a in gradebook.assignments] == [ASSIGNMENT]
+
+    def test_honest_notebooks_autograde_without_warnings_and_keep_each_cell_once(self, graded_class, hub):
+        """The formgrader's Autograde dialog shows nbgrader's warnings: an honest notebook gives none (a warning
+        there would mean the notebook was tampered with), and the graded notebook holds each released cell once."""
+        released = nbformat.read(hub.course / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+        for student, said in graded_class["autograde"].items():
+            assert "WARNING" not in said, (student, said)
+            graded = nbformat.read(hub.course / "autograded" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+            ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in graded.cells]
+            assert len(graded.cells) == len(released.cells) and all(ids.count(i) == 1 for i in ids if i), student
 
     def test_the_student_reads_feedback_without_hidden_tests(self, graded_class):
         html = graded_class["feedback"]
