@@ -25,7 +25,10 @@ from tests.notebooks import filled, released, write_submission
 from tests.students import a01
 
 DOCKERFILE = REPO / gradescope_bundle.DOCKERFILE
-GRADE, MERGE = yaml.safe_load_all((REPO / "deploy" / "kubernetes-course-grade.yaml").read_text(encoding="utf-8"))
+YAML = (REPO / "deploy" / "kubernetes-course-grade.yaml").read_text(encoding="utf-8")
+OBJECTS = {document["metadata"]["name"]: document for document in yaml.safe_load_all(YAML)}
+CLAIM, SHELL, GRADE, MERGE = (OBJECTS[name] for name in ("course-data", "course-data-shell", "course-grade",
+                                                          "course-grade-merge"))
 
 
 def instructions(text: str) -> list[tuple[str, str]]:
@@ -56,11 +59,11 @@ def test_the_dockerfile_installs_with_the_gradescope_script_as_a_user_of_its_own
     uid, gid = (int(n) for n in steps[last][1].split(":"))
     assert uid != 0 and gid != 0 and "RUN" not in [keyword for keyword, _ in steps[last:]]
     assert f"useradd --uid {uid} --user-group" in runs
-    for job in (GRADE, MERGE):
-        security = pod(job)["securityContext"]
+    for spec in (pod(GRADE), pod(MERGE), SHELL["spec"]):
+        security = spec["securityContext"]
         assert security["runAsNonRoot"] is True
         assert (security["runAsUser"], security["runAsGroup"], security["fsGroup"]) == (uid, gid, gid)
-        assert [c["image"] for c in pod(job)["containers"]] == [gradescope_bundle.IMAGE]
+        assert [c["image"] for c in spec["containers"]] == [gradescope_bundle.IMAGE]
     assert f"docker build -t {gradescope_bundle.IMAGE} " in DOCKERFILE.read_text(encoding="utf-8")
 
 
@@ -80,9 +83,33 @@ def test_the_image_context_has_what_the_dockerfile_copies_and_pins_torch(context
 
 
 def test_the_volume_is_read_write_many_and_the_sandbox_needs_are_said():
-    text = (REPO / "deploy" / "kubernetes-course-grade.yaml").read_text(encoding="utf-8")
-    assert "ReadWriteMany" in text and "RuntimeDefault" in text and "Landlock" in text
+    assert CLAIM["kind"] == "PersistentVolumeClaim" and CLAIM["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert "RuntimeDefault" in YAML and "Landlock" in YAML
     assert GRADE["spec"]["parallelism"] == GRADE["spec"]["completions"]
+
+
+def test_the_class_goes_onto_the_claim_and_the_results_come_off_it_through_the_shell_pod():
+    """Every pod mounts the one claim at /data; the header's steps copy the class in where the grading Job reads it
+    and the merged outputs out from where the merge Job writes them, through the shell pod, and apply each step
+    by a label the objects carry."""
+    for spec in (pod(GRADE), pod(MERGE), SHELL["spec"]):
+        assert [v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"]] == [CLAIM["metadata"]["name"]]
+        assert [m["mountPath"] for c in spec["containers"] for m in c["volumeMounts"]] == ["/data"]
+    steps = [line.lstrip("# ").split("#")[0].split() for line in YAML.splitlines() if line.startswith("#   kubectl")]
+    shell = SHELL["metadata"]["name"]
+    copied_in = next(step[-1] for step in steps if step[1] == "cp" and step[-1].startswith(f"{shell}:"))
+    copied_out = next(step[2] for step in steps if step[1] == "cp" and step[2].startswith(f"{shell}:"))
+    assert recorded_path(GRADE) == copied_in.removeprefix(f"{shell}:")
+    assert copied_out.removeprefix(f"{shell}:") == pod(MERGE)["containers"][0]["command"][2].split("--out ")[1]
+    labels = {document["metadata"]["labels"]["step"] for document in OBJECTS.values()}
+    assert {step[-1].removeprefix("step=") for step in steps if step[1] == "apply"} == labels
+    order = [step[-1] for step in steps if step[1] == "apply"]
+    assert order == ["step=volume", "step=grade", "step=merge"]
+
+
+def recorded_path(job: dict) -> str:
+    """The class folder a grading Job's command hands course-grade."""
+    return shlex.split(pod(job)["containers"][0]["command"][2])[1]
 
 
 def recorded(command: str, data: Path, env: dict[str, str]) -> list[str]:
