@@ -43,12 +43,7 @@ packages=(python3 python3-venv git)
 command -v node >/dev/null || packages+=(nodejs)
 command -v npm >/dev/null || packages+=(npm)
 apt-get install -y "${packages[@]}"
-# configurable-http-proxy 5 needs Node 20 or newer; for an older Node (Debian 12's own is 18) its last 4.x.
-if [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ]; then
-    npm install -g configurable-http-proxy@5.3.0
-else
-    npm install -g configurable-http-proxy@4.6.3
-fi
+npm install -g "$(bash "$HERE/proxy-for-node.sh")"  # the proxy's version depends on Node's
 
 # Homes that `useradd -m` makes from now on are their owner's alone (Debian 12 makes them 0755); the Hub makes an
 # older one 0700 when its owner's server starts (jupyterhub_config.py's private_home).

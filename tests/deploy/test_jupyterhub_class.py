@@ -460,7 +460,7 @@ def test_the_students_nbgrader_config_names_the_courses_exchange():
 
 
 def test_the_deploy_scripts_are_valid_bash():
-    for script in ("setup.sh", "make-exchange.sh", "login-path.sh", "profile.sh"):
+    for script in ("setup.sh", "make-exchange.sh", "login-path.sh", "profile.sh", "proxy-for-node.sh"):
         assert subprocess.run(["bash", "-n", str(DEPLOY / script)]).returncode == 0, script
 
 
@@ -492,3 +492,21 @@ def test_login_shells_get_the_students_commands_and_the_grader_its_own(tmp_path)
 def test_login_path_refuses_a_value_a_shell_would_read_as_code(tmp_path):
     done, target = login_path(tmp_path, grader='x"; rm -rf /; "')
     assert done.returncode == 1 and "only letters" in done.stderr and not target.exists()
+
+
+@pytest.mark.parametrize("node, proxy", [("18.20.4", "configurable-http-proxy@4.6.3"),
+                                         ("20.20.2", "configurable-http-proxy@5.3.0"),
+                                         ("22.11.0", "configurable-http-proxy@5.3.0")])
+def test_the_proxy_is_one_that_runs_on_the_machines_node(tmp_path, node, proxy):
+    """configurable-http-proxy 5 declares Node >= 20: on Debian 12's own Node 18, setup.sh takes 4.6.3 (what the
+    Hub was run with there, README). The node here is a stand-in that says its version as node does."""
+    (tmp_path / "node").write_text(f"#!/bin/sh\necho {node.split('.')[0]}\n", encoding="utf-8")
+    (tmp_path / "node").chmod(0o755)
+    done = subprocess.run(["bash", str(DEPLOY / "proxy-for-node.sh")], capture_output=True, text=True,
+                          env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert (done.returncode, done.stdout.strip()) == (0, proxy), done.stderr
+
+
+def test_ci_installs_the_proxy_setup_sh_would_install_here():
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert 'npm install --global --silent "$(bash deploy/jupyterhub/proxy-for-node.sh)"' in ci
