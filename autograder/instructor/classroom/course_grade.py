@@ -3,8 +3,9 @@
     course-grade PATH [--assignment A ...] [--jobs N] [--out DIR] [--shard I/N] [--notebook-timeout S]
     course-grade --merge SHARD_OUT [SHARD_OUT ...] --out DIR
 
-PATH is a class folder (see ``roster.LAYOUTS``), or an LMS's download zip as it was downloaded (``download``). Notebooks are graded in parallel by warm workers, each
-with its own sandbox, through the same engine as ``pytest autograder/``. Results are kept per notebook in
+PATH is a class folder (see ``roster.LAYOUTS``), or an LMS's download zip as it was downloaded (``download``).
+Notebooks are graded in parallel by warm workers, each with its own sandbox, through the same engine as
+``pytest autograder/``. Results are kept per notebook in
 ``DIR/.course-grade/`` under a hash of its content and of the grader, so a second run grades only what
 changed, and Ctrl-C loses only the notebooks being graded at that moment. The outputs in DIR —
 grades.csv, mistakes.csv, report.html, feedback/<student>/<assignment>.html — are written when every
