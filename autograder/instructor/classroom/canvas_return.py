@@ -5,8 +5,7 @@ canvas.csv is laid out as Canvas's own gradebook export: the columns Student, ID
 Section, then one column per assignment (its total points, the name of the course's assignment: rename the
 header to the Canvas assignment's title, or to ``Title (id)``, before importing), and a ``Points Possible`` row.
 Canvas finds each student by the ID column, the user id its download wrote into the file name; the SIS
-columns and Section are left empty. A student who handed nothing in for an assignment gets an empty cell, which
-the import leaves as it is.
+columns and Section are left empty. A student who handed nothing in for an assignment gets an empty cell.
 
 Each feedback zip holds one page per student, ``<name>[_LATE]_<user id>_<file id>_<assignment>_feedback.html``:
 Canvas routes a re-uploaded file by the user id and file id at the front of its name (the first two parts of
