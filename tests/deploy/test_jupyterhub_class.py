@@ -200,6 +200,19 @@ class Hub:
                                "sh", "-c", f"cd && {shlex.join(command)}"], capture_output=True, text=True)
 
 
+def in_namespace(script: str) -> None:
+    """``script`` in a mount namespace of its own, as root; it must succeed within 3 steps' time."""
+    process = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        said, _ = process.communicate(timeout=3 * SECONDS)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        said, _ = process.communicate()
+        pytest.fail(f"no end within {3 * SECONDS} s: {script}\n{said[-3000:]}")
+    assert process.returncode == 0, f"{script}\n{said[-3000:]}"
+
+
 @pytest.fixture(scope="module")
 def hub(accounts, tmp_path_factory):
     """The Hub, up, over the grader's course folder: a clone of this checkout in which the grader ran
@@ -212,13 +225,16 @@ def hub(accounts, tmp_path_factory):
     (state / "overlay.py").write_text(OVERLAY.format(config=str(DEPLOY / "jupyterhub_config.py"), **ports),
                                       encoding="utf-8")
     python, as_grader = Path(sys.executable), f"runuser -u {GRADER} -- env HOME={shlex.quote(str(accounts / GRADER))}"
+    reached = ["mount -t tmpfs -o mode=755 tmpfs /srv",
+               *reach({python.resolve(), Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), REPO})]
+    # setup.sh's `course-release` as the grader (the clone's own, run from the clone), before the Hub and on its own
+    # clock, so that what it says is seen if it fails.
+    in_namespace(" && ".join([*reached, f"cd {shlex.quote(str(course))}",
+                              f"{as_grader} {shlex.quote(str(python))} -m autograder.instructor.release"]))
     script = " && ".join([
-        "mount -t tmpfs -o mode=755 tmpfs /srv",
+        *reached,
         "mount -t tmpfs -o mode=755 tmpfs /etc/profile.d",
-        *reach({python.resolve(), Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), REPO}),
         f"{as_grader} {shlex.quote(str(python))} -c 'import jupyterhub, nbgrader, autograder'",
-        # setup.sh's `course-release` as the grader: the clone's own, run from the clone
-        f"(cd {shlex.quote(str(course))} && {as_grader} {shlex.quote(str(python))} -m autograder.instructor.release)",
         f"bash {shlex.quote(str(DEPLOY / 'make-exchange.sh'))} {GRADER}",
         f"bash {shlex.quote(str(DEPLOY / 'login-path.sh'))} {shlex.quote(str(ENVIRONMENT))} {GRADER} "
         f"{shlex.quote(str(ENVIRONMENT))}",
