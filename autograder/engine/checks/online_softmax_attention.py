@@ -1,6 +1,7 @@
 """Check of ``online_softmax_attention(q, k, v, mask=None, block_size=16)`` → ``output [..., Tq, Dv]``, equal to
 ``attention(q, k, v, mask)[0]``, computed over blocks of keys (``protocols.call_blockwise`` stops code that holds
 scores for more than one block); fully masked rows 0."""
+import functools
 import math
 
 import torch
@@ -91,8 +92,9 @@ def _online(q, k, v, mask=None, block_size=16, *, rescale_out=True, rescale_sum=
     ``exp(m′ − m)`` instead of ``exp(m − m′)``; ``block_max_only`` shifts each block by its own max, never the max
     of the blocks before it; ``shift_by_block`` shifts the block's exponentials by the block's own max while the
     sums are rescaled to the running max; ``shift_by_old`` shifts them by the running max before this block's;
-    ``fill`` is what masked scores are set to; without ``divide`` the sum of the weighted values is returned as
-    it is."""
+    ``fill`` is what masked scores are set to (``"lowest"``: the dtype's lowest number); without ``divide`` the sum
+    of the weighted values is returned as it is."""
+    fill = torch.finfo(q.dtype).min if fill == "lowest" else fill
     rows = (q @ k[..., :1, :].mT).shape[:-1]
     running_max = torch.full((*rows, 1), start_max, dtype=q.dtype)
     running_sum = torch.zeros(*rows, 1, dtype=q.dtype)
@@ -113,6 +115,11 @@ def _online(q, k, v, mask=None, block_size=16, *, rescale_out=True, rescale_sum=
     if guard_divide:
         return torch.where(running_sum > 0, out / running_sum, 0.0)
     return out / running_sum
+
+
+def _wrong(**how):
+    """``_online`` with the flags ``how`` (one mistake), called as the exercise is."""
+    return lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, **how)
 
 
 def _per_block(q, k, v, mask=None, block_size=16, mean=False):
@@ -165,51 +172,45 @@ _FROM_ZERO_HINT = ("running max 要从 −inf 开始：从 0 开始时，分数�
 
 MISTAKES = (
     Mistake("最大值变大时，累加的输出没有跟着缩放", "新的块把 running max 从 m 抬到 m′ 时，之前累加的 Σ exp(s − m)·v 都要乘 exp(m − m′)，"
-            "和 running sum 一样。", lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, rescale_out=False)),
+            "和 running sum 一样。", _wrong(rescale_out=False)),
     Mistake("最大值变大时，running sum 没有跟着缩放", "新的块把 running max 从 m 抬到 m′ 时，之前的和 Σ exp(s − m) 也要乘 exp(m − m′)，"
-            "和累加的输出一样。", lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, rescale_sum=False)),
+            "和累加的输出一样。", _wrong(rescale_sum=False)),
     Mistake("最大值变大时，running sum 和累加的输出都没有跟着缩放", "之前的 z 和 a 都是按旧的 m 平移过的：running max 从 m 抬到 m′ 时，"
             "两个都要乘 exp(m − m′)，换到新的基准上。",
-            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, rescale_out=False, rescale_sum=False)),
-    *(Mistake(_FROM_ZERO, _FROM_ZERO_HINT,
-              lambda q, k, v, m=None, block_size=16, g=guard: _online(q, k, v, m, block_size, start_max=0.0,
-                                                                      guard_divide=g))
-      for guard in (True, False)),
+            _wrong(rescale_out=False, rescale_sum=False)),
+    *(Mistake(_FROM_ZERO, _FROM_ZERO_HINT, _wrong(start_max=0.0, guard_divide=guard)) for guard in (True, False)),
     Mistake("缩放因子写反了：乘的是 exp(m′ − m)", "running max 从 m 变成 m′ ≥ m 时，之前按 m 平移的和要换到 m′ 上："
             "exp(s − m) · exp(m − m′) = exp(s − m′)，所以乘 exp(m − m′) ≤ 1，不是 exp(m′ − m)。",
-            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, inverted=True)),
+            _wrong(inverted=True)),
     Mistake("每一块只用这一块自己的最大值平移，没有和之前的 running max 取较大的", "m′ = max(m, 这一块的最大值)："
             "running max 只能变大。只用这一块的最大值时，后面的块分数小得多，exp(m − m′) 就会溢出成 inf。",
-            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, block_max_only=True)),
+            _wrong(block_max_only=True)),
     Mistake("每一块的 exp 减的是这一块自己的最大值，不是 running max", "之前的和按 m′ 换了基准，这一块的 exp(s − m_块) "
             "也要在同一个基准上：p = exp(s − m′)，m′ = max(m, m_块)。减 m_块 时，最大值比 m′ 小的块权重大了 exp(m′ − m_块) 倍。",
-            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, shift_by_block=True)),
+            _wrong(shift_by_block=True)),
     Mistake("这一块的 exp 减的是更新之前的 running max", "先把 running max 更新成 m′ = max(m, 这一块的最大值)，再算这一块的 "
             "p = exp(s − m′)：之前的和乘 exp(m − m′) 换到了 m′ 上，这一块的 exp 也要在 m′ 上，两者才能相加。",
-            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, shift_by_old=True)),
+            _wrong(shift_by_old=True)),
     Mistake("被遮住的分数填的是 0，不是 −inf", "填 0 的 key 仍然有 exp(0 − m) 的权重，也就仍然被看见了：被遮住的分数要填 "
-            "float(\"-inf\")，exp 之后才正好是 0。", lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, fill=0.0)),
+            "float(\"-inf\")，exp 之后才正好是 0。", _wrong(fill=0.0)),
     Mistake("被遮住的分数填的是 dtype 的最小值（torch.finfo(dtype).min），不是 −inf",
             "有看得见的 key 时两者一样；可整行都被遮住时，running max 就是这个最小值，每个被遮住的 key 都得到 exp(0) = 1，"
             "输出成了 v 的平均，而不是 0。online softmax 里填 float(\"-inf\")，平移时把 −inf 的 max 换成 0，最后只在 z > 0 处相除。",
-            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, fill=torch.finfo(q.dtype).min)),
+            _wrong(fill="lowest")),
     Mistake("最后没有除以 running sum", "循环结束时 a = Σ exp(s − m)·v 只是分子：输出是 a / z（z 是 running sum），"
-            "整行被遮住（z = 0）的地方输出 0。", lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size,
-                                                                                      divide=False)),
+            "整行被遮住（z = 0）的地方输出 0。", _wrong(divide=False)),
     Mistake("每一块单独做了 softmax，再把各块的输出平均", "各块的 softmax 分母不一样，块里 exp 的总量也不一样，不能等权平均："
-            "用同一个 running max 累加分子和分母，最后除一次。", lambda q, k, v, m=None, block_size=16:
-            _per_block(q, k, v, m, block_size, mean=True)),
+            "用同一个 running max 累加分子和分母，最后除一次。", functools.partial(_per_block, mean=True)),
     Mistake("每一块单独做了 softmax，再把各块的输出加起来", "各块的 softmax 分母不一样，不能分开归一化：先用同一个 running max "
             "累加分子和分母，最后除一次。", _per_block),
     *(Mistake("running max 还是 −inf 时直接拿它平移：exp(−inf − (−inf)) 是 NaN",
               "一个 query 到目前为止看得见的 key 全被遮住时，running max 还是 −inf：这时按 0 来平移"
               "（m_new.masked_fill(m_new == float(\"-inf\"), 0.0)），exp(−inf − 0) = 0，不会出 NaN。",
-              lambda q, k, v, m=None, block_size=16, g=guard: _online(q, k, v, m, block_size, guard_shift=False,
-                                                                      guard_divide=g))
+              _wrong(guard_shift=False, guard_divide=guard))
       for guard in (False, True)),
     Mistake("整行都被遮住时得到了 NaN：最后的 a / z 是 0/0", "整行都被遮住的 query 一个 key 也没看到，z = 0：只在 z > 0 的地方相除，"
             "其余输出 0（torch.where(z > 0, a / z, 0.0)）。",
-            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, guard_divide=False)),
+            _wrong(guard_divide=False)),
     Mistake("最后一个不满 block_size 的块被丢掉了", "Tk 不是 block_size 的倍数时，最后一块比 block_size 短，也要算："
             "range(0, Tk, block_size) 加切片 [start:start + block_size] 会自动处理。", _last_block_dropped,
             # With fewer keys than one block nothing is left; what such code returns then is its own business.
@@ -217,10 +218,10 @@ MISTAKES = (
     Mistake("一个 key 也还没看到的行，running max 被记成了 0（应该还是 −inf）",
             "平移时把 −inf 换成 0 是对的，可 running max 本身要保持 −inf：记成 0 之后，后面看得见的分数都远小于 0 时，"
             "exp(s − 0) 全部下溢成 0，这一行就什么也没取到。用换过的值去平移，running max 仍然记 m_new。",
-            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, keep_shift=True)),
+            _wrong(keep_shift=True)),
     Mistake("每块的最大值是在 mask 之前取的：被遮住的 key 也算进了 running max",
             "先 mask（被遮住的分数填 −inf），再取这一块的最大值：被遮住的 key 分数最大时，用它平移会让看得见的 exp 全部下溢成 0。",
-            lambda q, k, v, m=None, block_size=16: _online(q, k, v, m, block_size, max_before_mask=True)),
+            _wrong(max_before_mask=True)),
     Mistake("exp 之前没有减去 running max", "分数上 1e4 时 exp 会溢出成 inf（远小于 0 时下溢成 0）：每一块都减去当前的 "
             "running max 再 exp，和 masked_softmax 里减去每行最大值是同一个道理。", matches=_overflowed,
             # Every score below −745: exp underflows even in float64, so such code cannot come out right there.
