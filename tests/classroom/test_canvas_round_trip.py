@@ -18,6 +18,7 @@ from autograder.instructor.classroom.download import unpacked
 from autograder.instructor.classroom.graded_class import Entry, GradedClass
 from autograder.instructor.classroom.roster import canvas_name, find
 from tests.class_of_students import with_mistake
+from tests.classroom.test_class_roster import zipped
 from tests.classroom.test_course_grade import course_grade
 from tests.notebooks import filled, released, source_solutions
 from tests.students import a01
@@ -39,9 +40,7 @@ EXTRA = {f"__MACOSX/._lilei_1042_880001_{A}.ipynb": b"\x00\x05\x16\x07", ".DS_St
 
 
 def download_zip(path: Path, entries: dict[str, bytes]) -> Path:
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, data in entries.items():
-            archive.writestr(name, data)
+    path.write_bytes(zipped(entries))
     return path
 
 
@@ -167,17 +166,10 @@ def test_a_file_id_is_what_canvas_wrote_and_other_names_are_not_canvas():
 def test_moodles_and_blackboards_downloads_are_read_as_their_folders_are(tmp_path):
     notebook = json.dumps(released(A)).encode()
     moodle = download_zip(tmp_path / "moodle.zip", {f"Li Lei_123_assignsubmission_file_/{A}.ipynb": notebook,
-                                                    f"Han Mei_124_assignsubmission_file_/{A}.zip": zipped(notebook)})
+                                                    f"Han Mei_124_assignsubmission_file_/{A}.zip": zipped({f"{A}.ipynb": notebook})})
     blackboard = download_zip(tmp_path / "blackboard.zip",
                               {f"Attention_u42_attempt_2026-03-01-10-00-00_{A}.ipynb": notebook})
     for download, students in ((moodle, ["Han Mei_124", "Li Lei_123"]), (blackboard, ["u42"])):
         with unpacked(download) as folder:
             assert find(folder).students == students
         assert not folder.exists()
-
-
-def zipped(notebook: bytes) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr(f"{A}.ipynb", notebook)
-    return buffer.getvalue()
