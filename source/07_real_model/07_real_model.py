@@ -81,6 +81,9 @@ from course.tools import plotting, smollm2_fetch
 from course.llama import DecoderLayer, load_model, read_config
 
 torch.set_printoptions(precision=4, sci_mode=False)
+# One thread: decoding one token at a time is too small a job to split, and on a busy machine threads that wait
+# for each other make each step several times slower (and the timings in section 6 jump).
+torch.set_num_threads(1)
 plotting.use_chinese_font()
 
 
@@ -518,8 +521,6 @@ def seconds_of(run) -> float:
 
 cached_ms, uncached_ms = [], []
 caches, filled = [KVCache() for _ in model.layers], 0
-threads = torch.get_num_threads()
-torch.set_num_threads(1)  # on a busy machine, threads that wait for each other make single runs jump by several times
 with torch.no_grad():
     for length in lengths:
         model(long_ids[:, filled:length], caches=caches)  # fill the caches up to `length` tokens (not timed)
@@ -527,7 +528,6 @@ with torch.no_grad():
         filled = length + 3
         cached_ms.append(1000 * min(steps))  # the fastest of three steps, each with about `length` tokens cached
         uncached_ms.append(1000 * min(seconds_of(lambda n=length + 1: model(long_ids[:, :n])) for _ in range(3)))
-torch.set_num_threads(threads)
 for length, fast, slow in zip(lengths, cached_ms, uncached_ms):
     print(f"L = {length:>3}：用缓存 {fast:6.1f} ms，不用缓存 {slow:7.1f} ms（慢 {slow / fast:4.1f} 倍）")
 
@@ -543,7 +543,7 @@ plt.show()
 
 # %% [markdown]
 # 不用缓存的那条线随 $L$ 直线上升；用缓存的几乎是平的——它的时间大多花在把 5 亿多字节的权重从内存读一遍上，
-# 和上下文多长关系不大。（具体的毫秒数取决于你的机器；计时只用一个线程，机器上同时还有别的程序在跑时，
+# 和上下文多长关系不大。（具体的毫秒数取决于你的机器；这本 notebook 从开头起只用一个线程，机器上同时还有别的程序在跑时，
 # 单次测量还是会跳，所以取三次里最快的。）两种算法生成的 token 完全相同，练习 2 的检查已经核对过。
 
 # %% [markdown]
