@@ -31,6 +31,7 @@
 # | 6 | Qwen3.5 的 Gated DeltaNet 层：因果卷积、L2 归一化、$\beta$ 和 $g$、带门的 RMSNorm、缓存 | `causal_conv1d`、`Qwen35GatedDeltaNet` |
 # | 7 | 在 CPU 上几秒钟训练三个小模型，比较三种规则的记忆力 | |
 # | 8 | 用你自己的代码跑 Qwen3.5 的第 0～3 层 | |
+# | 9 | 整个模型的账：参数，和生成一个 token 的计算量随上下文怎么长 | |
 #
 # 最后是小结和三道思考题。
 #
@@ -68,6 +69,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from course.llama import SwiGLU
 from course.qwen35_weights import find_checkpoint, load_config, load_embedding_rows, load_layer, submodule_state
@@ -1561,6 +1563,103 @@ print(f"两张图最多差 {(weights_layers - weights_embedding).abs().max():.3f
 # 可以拿去和作业 06 里那本书报告的表比一比。
 #
 # 到这里，Qwen3.5 的前四层——3 层 Gated DeltaNet、1 层门控注意力，连同它们的 MLP——全部由你自己的代码（和课程给出的 MLP）算出来了。
+
+# %% [markdown]
+# ## 9. 整个模型的账
+#
+# 作业 07 给 SmolLM2 算过账。Qwen3.5 的层有两种，账也分两种。先数参数：按公式算，再把你的 `Qwen35DecoderLayer`
+# 在 meta 设备上建出来（只有形状，不占内存），数它的参数来核对。
+#
+# - Gated DeltaNet 层：`in_proj_qkv` $d \times (2H_kD_k + H_vD_v)$，`in_proj_z` $d \times H_vD_v$，`in_proj_b`、`in_proj_a` 各 $d \times H_v$，
+#   卷积 $(2H_kD_k + H_vD_v) \times K$，`A_log`、`dt_bias` 各 $H_v$，带门的 RMSNorm $D_v$，`out_proj` $H_vD_v \times d$；
+# - 门控注意力层（作业 06）：`q_proj` $d \times 2HD$（一半是门），`k_proj`、`v_proj` 各 $d \times H_{kv}D$，`o_proj` $HD \times d$，
+#   QK-Norm $2D$；
+# - 每层都有：MLP $3\,d\,d_{ff}$，两个 RMSNorm $2d$；再加上词嵌入 $Vd$（和输出层共用）和最后一个 RMSNorm $d$。
+
+# %%
+d, d_ff, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
+conv_width = 2 * heads_k * dim_k + heads_v * dim_v
+heads_q, heads_kv, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+deltanet_matrices = d * conv_width + d * heads_v * dim_v + 2 * d * heads_v + heads_v * dim_v * d
+deltanet_params = deltanet_matrices + conv_width * kernel + 2 * heads_v + dim_v  # + conv, A_log, dt_bias, norm
+attention_matrices = d * 2 * heads_q * head_dim + 2 * d * heads_kv * head_dim + heads_q * head_dim * d
+attention_params = attention_matrices + 2 * head_dim  # + q_norm, k_norm
+mlp_matrices = 3 * d * d_ff
+per_layer = mlp_matrices + 2 * d
+qwen_parts = {f"{len(linear_layers)} 个 Gated DeltaNet": len(linear_layers) * deltanet_params,
+              f"{full_layers} 个门控注意力": full_layers * attention_params,
+              f"{config.num_hidden_layers} 个 MLP 和层里的 norm": config.num_hidden_layers * per_layer,
+              "词嵌入（和输出层共用）和最后的 norm": vocab * d + d}
+qwen_total = sum(qwen_parts.values())
+for name, count in qwen_parts.items():
+    print(f"{name}：{count:,}（{count / qwen_total:.1%}）")
+
+with torch.device("meta"):  # shapes only: nothing is allocated
+    built = [Qwen35DecoderLayer(config, index) for index in range(config.num_hidden_layers)]
+counted = sum(p.numel() for layer_ in built for p in layer_.parameters()) + vocab * d + d
+print(f"按公式合计 {qwen_total:,}；数你的 {config.num_hidden_layers} 层（加词嵌入和最后的 norm）{counted:,}")
+
+# %% [markdown]
+# 语言模型一共约 7.5 亿个参数。（名字里的 0.8B 说的是整个发布的模型，它还带着视觉编码器和一个多 token 预测的 MTP 层，
+# 这里只算处理文字的 24 层。）词嵌入占了三分之一：词表有 24.8 万个词，要照顾很多种语言。
+#
+# 再算**生成一个 token** 的计算量。和作业 07 一样，投影、MLP 和输出层是 $2 \times$ 参数个数；不一样的是随上下文长度 $n$ 变化的那一项：
+#
+# - 全注意力层：和 $n$ 个缓存的 key、value 各算一次，每层 $4HDn$，随 $n$ 线性增长；
+# - Gated DeltaNet 层：一步递推（第 4 节）在每个头的 $D_k \times D_v$ 记忆表上做几次运算：衰减、读出 $k_t S$ 和 $q_t S$、写入外积，
+#   约 $7 H_v D_k D_v$，**和 $n$ 无关**。
+#
+# 把 24 层都换成全注意力，就是下图的另一条线。
+
+# %%
+matmul_qwen = (len(linear_layers) * deltanet_matrices + full_layers * attention_matrices
+               + config.num_hidden_layers * mlp_matrices + vocab * d)  # every matrix a token is multiplied by
+full_attention_per_n = 4 * heads_q * head_dim  # per layer, per cached position
+recurrent_step = 7 * heads_v * dim_k * dim_v  # per Gated DeltaNet layer: independent of n
+contexts = [2**n for n in range(10, 19)]  # 1K ... 256K
+
+
+def decode_flops(n: int, attention_layers: int, deltanet_layers: int) -> int:
+    """FLOPs of generating one token with n positions cached (the conv and the norms left out: they are small)."""
+    return 2 * matmul_qwen + attention_layers * full_attention_per_n * n + deltanet_layers * recurrent_step
+
+
+hybrid = [decode_flops(n, full_layers, len(linear_layers)) / 1e9 for n in contexts]
+all_attention = [decode_flops(n, config.num_hidden_layers, 0) / 1e9 for n in contexts]
+print(f"投影、MLP 和输出层：每个 token {2 * matmul_qwen / 1e9:.2f} GFLOP")
+for n, h, a in zip(contexts, hybrid, all_attention):
+    if n in (4096, 32768, 262144):
+        print(f"上下文 {n // 1024}K：Qwen3.5 每个 token {h:.2f} GFLOP，24 层全注意力 {a:.2f} GFLOP")
+
+fig, ax = plt.subplots(figsize=(8, 4.5))
+ax.plot(contexts, hybrid, marker="o", label=f"Qwen3.5：{full_layers} 层全注意力 + {len(linear_layers)} 层 Gated DeltaNet")
+ax.plot(contexts, all_attention, marker="o", label=f"假如 {config.num_hidden_layers} 层都是全注意力")
+ax.axhline(2 * matmul_qwen / 1e9, color="gray", linestyle="--", label="只有投影、MLP 和输出层")
+ax.set_xscale("log", base=2)
+ax.set_xticks(contexts, labels=[f"{n // 1024}K" for n in contexts])
+ax.set_xlabel("已缓存的上下文 n（token）")
+ax.set_ylabel("生成一个 token 的 GFLOP")
+ax.set_title("生成一个 token 的计算量随上下文的增长")
+ax.grid(True, alpha=0.3)
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# 上下文短的时候，两种设计差不多，算力都花在投影和 MLP 上；上下文一长，全注意力那一项就占了上风。Qwen3.5 只有 6 层
+# 随 $n$ 增长，256K 时每个 token 的计算量只有 24 层全注意力的四分之一多（见上面打印的数）。这和第 1 节的内存图讲的是
+# 同一个取舍：18 层用固定大小的状态，既不占越来越多的缓存，也不做越来越多的计算。
+#
+# 公式里注意力那一项，可以用作业 07 用过的 `FlopCounterMode` 在第 3 层上核对：一次送进 $T$ 个 token，投影和 MLP 是
+# $2T \times$（这一层矩阵的参数），注意力把整张 $T \times T$ 表算完是 $4HDT^2$：
+
+# %%
+tokens_3 = 64
+hidden_3 = torch.randn(1, tokens_3, d, generator=torch.Generator().manual_seed(3))
+cos_3, sin_3 = rope_cos_sin(torch.arange(tokens_3), config.rotary_dim, config.rope_theta)
+with torch.no_grad(), FlopCounterMode(display=False) as flop_counter:
+    decoder[3](hidden_3, cos_3, sin_3)
+expected_3 = 2 * tokens_3 * (attention_matrices + mlp_matrices) + full_attention_per_n * tokens_3**2
+print(f"第 3 层，T = {tokens_3}：公式 {expected_3:,}，计数器 {flop_counter.get_total_flops():,}")
 
 # %% [markdown]
 # ## 小结
