@@ -33,7 +33,7 @@
 # | 8 | 用你自己的代码跑 Qwen3.5 的第 0～3 层 | |
 # | 9 | 整个模型的账：参数，和生成一个 token 的计算量随上下文怎么长 | |
 #
-# 最后是小结和三道思考题。
+# 最后是小结和四道思考题。
 #
 # 资料来源：Qwen3.5 的结构和数字来自它的 `config.json` 和 Hugging Face transformers 的实现（`Qwen3_5GatedDeltaNet`）；
 # 线性注意力、delta 规则和 Gated DeltaNet 来自它们各自的论文（Katharopoulos 等 2020；Schlag 等 2021；Yang 等 2024）；
@@ -564,6 +564,11 @@ for name, state in [("线性注意力", write_linear(keys_rewrite, values_rewrit
 # $$
 #
 # **先衰减**，之后的读（$k_t S$）和写都用衰减过的 $S$。
+#
+# 用第 3 节的眼光再看一遍：delta 规则是对 $\tfrac12\lVert k_t S - v_t \rVert^2$ 走一步梯度下降，门在这一步之前把 $S$ 乘上 $e^{g_t}$，
+# 就是优化里的**权重衰减**（weight decay）：每步先把参数往 0 拉一点，再沿梯度走。把整个递推看成一个在线学习的过程——每读一个
+# token，就拿它的 (key, value) 把记忆表训练一步——$\beta_t$ 是这一步的学习率，$1 - e^{g_t}$ 是这一步的衰减率，两者都由当前 token
+# 算出来：模型自己决定这一步学多少、忘多少。
 
 # %% [markdown]
 # ### 练习 4：`gated_delta_rule(q, k, v, g, beta, state=None)`
@@ -843,6 +848,99 @@ plt.show()
 # 两种写法的计算量都和 $T$ 成正比：逐步形式循环 $T$ 次，每次只做很小的运算，时间大多花在 Python 循环和调度上；
 # 分块形式只循环 $T / C$ 次，每次做的是 $64 \times 64$ 的矩阵乘法和一次三角求解。具体快多少倍看上面打印的数，
 # 它和机器、线程数有关，机器忙的时候计时也有噪声。训练用分块形式；生成时每次只来一个 token，一块只有一个位置，两种写法是同一个计算。
+
+# %% [markdown]
+# ### 另一条推导：WY 表示，和 Hugging Face 的"伪 value"
+#
+# 读 Hugging Face 的 `torch_chunk_gated_delta_rule` 会看到 `value`、`k_cumdecay`、`v_new` 这些名字，和上面的推导对不上号。
+# 它们来自另一条推导：**WY 表示**。结果和练习 5 一样，只是计算的顺序不同。
+#
+# 先看不带门的一块（$g = 0$）。思考题 2 的提示把一步 delta 规则写成 $S_t = (I - \beta_t k_t^\top k_t) S_{t-1} + \beta_t k_t^\top v_t$，
+# 所以一块走完是
+#
+# $$
+# S_C = P_C S_0 + H_C, \qquad P_C = (I - \beta_C k_C^\top k_C) \cdots (I - \beta_1 k_1^\top k_1) .
+# $$
+#
+# $P_C$ 是 $C$ 个"单位矩阵减一个秩一矩阵"的连乘（$\beta = 2$、$\lVert k \rVert = 1$ 时每个因子正是 Householder 反射）。
+# WY 表示说，这样的连乘总能写成单位矩阵减一个秩不超过 $C$ 的乘积：
+#
+# $$
+# P_t = I - \sum_{j \le t} k_j^\top w_j, \qquad H_t = \sum_{j \le t} k_j^\top u_j,
+# $$
+#
+# $$
+# w_t = \beta_t \Big(k_t - \sum_{j < t} (k_t \cdot k_j)\, w_j\Big), \qquad
+# u_t = \beta_t \Big(v_t - \sum_{j < t} (k_t \cdot k_j)\, u_j\Big) .
+# $$
+#
+# **用归纳法证明。** $t = 1$ 时 $P_1 = I - k_1^\top (\beta_1 k_1) = I - k_1^\top w_1$，$H_1 = k_1^\top (\beta_1 v_1) = k_1^\top u_1$。
+# 设 $t - 1$ 时成立。由归纳假设 $k_t P_{t-1} = k_t - \sum_{j<t} (k_t \cdot k_j) w_j$，于是
+#
+# $$
+# P_t = P_{t-1} - k_t^\top \beta_t\, (k_t P_{t-1})
+#     = I - \sum_{j < t} k_j^\top w_j - k_t^\top \beta_t \Big(k_t - \sum_{j<t} (k_t \cdot k_j) w_j\Big)
+#     = I - \sum_{j \le t} k_j^\top w_j .
+# $$
+#
+# $H_t = H_{t-1} + k_t^\top \beta_t (v_t - k_t H_{t-1})$，而 $k_t H_{t-1} = \sum_{j<t} (k_t \cdot k_j) u_j$，同样得证。∎
+#
+# 把 $w_t$、$u_t$ 排成矩阵 $W$（$C \times D_k$）、$U$（$C \times D_v$），两个递推是**同一个**下三角方程组，只是右边不同：
+#
+# $$
+# (I + A)\, W = \operatorname{diag}(\beta)\, K, \qquad (I + A)\, U = \operatorname{diag}(\beta)\, V,
+# $$
+#
+# $A$ 就是练习 5 的那个（$g = 0$ 时 $A_{tj} = \beta_t (k_t \cdot k_j)$）。记 $T = (I + A)^{-1} \operatorname{diag}(\beta)$，
+# 它同时作用在 $K$ 和 $V$ 上：$W = TK$，$U = TV$，这就是 **UT 变换**这个名字的来历。于是
+#
+# $$
+# S_C = S_0 - K^\top W S_0 + K^\top U = S_0 + K^\top (U - W S_0) .
+# $$
+#
+# 对照练习 5 的 $S_C = S_0 + K^\top \Delta$：$\Delta = U - W S_0$。确实，$(I + A)(U - W S_0) = \operatorname{diag}(\beta)(V - K S_0)$，
+# 正是练习 5 的方程组。带门时只多两处衰减：$A$ 里带 $e^{\gamma_t - \gamma_j}$（和练习 5 一样），$W$ 的右边是
+# $\operatorname{diag}(\beta)\operatorname{diag}(e^{\gamma}) K$，仍然有 $\Delta = U - W S_0$。
+#
+# $U$ 可以读成"假如块开始时记忆表是空的，每个位置该写入的修正量"，所以叫**伪 value**。Hugging Face 的写法在块间循环
+# **之前**，就对所有块一次算好 $T$（逐行前代）、$U$（它叫 `value`）和 $W$（它叫 `k_cumdecay`）；循环里只剩
+# $\Delta = U - W S_0$（它叫 `v_new`）和读写状态。练习 5 把三角方程组放在循环里解，因为右边含 $S_0$；WY 的写法把所有
+# 不依赖 $S_0$ 的东西挪出了循环，循环里只剩一次矩阵乘法 $W S_0$。下面在一个小块上核对这两条推导：
+
+# %%
+torch.manual_seed(9)
+chunk, key_dim, value_dim = 8, 6, 5
+k_c = F.normalize(torch.randn(1, 1, chunk, key_dim), dim=-1)
+v_c, q_c = torch.randn(1, 1, chunk, value_dim), torch.randn(1, 1, chunk, key_dim)
+beta_c, g_c = torch.rand(1, 1, chunk), -0.3 * torch.rand(1, 1, chunk)
+state_0 = torch.randn(1, 1, key_dim, value_dim)
+
+
+def wy_chunk_state(keys, values, beta, g, start_state):
+    """The state [Dk, Dv] after one chunk (keys [C, Dk], values [C, Dv], beta and g [C]), the WY way: W and U from
+    one triangular matrix, then the decayed start_state plus the decayed keys' transpose times U - W start_state."""
+    length = keys.shape[0]
+    gamma = g.cumsum(0)
+    later = torch.ones(length, length, dtype=torch.bool).triu(1)
+    decay = (gamma[:, None] - gamma[None, :]).masked_fill(later, float("-inf")).exp()
+    lower = torch.eye(length) + (beta[:, None] * (keys @ keys.T) * decay).tril(-1)  # I + A
+    w = torch.linalg.solve_triangular(lower, (beta * gamma.exp())[:, None] * keys, upper=False)
+    u = torch.linalg.solve_triangular(lower, beta[:, None] * values, upper=False)  # the pseudo-values
+    return gamma[-1].exp() * start_state + ((gamma[-1] - gamma).exp()[:, None] * keys).T @ (u - w @ start_state)
+
+
+_, state_loop = gated_delta_rule(q_c, k_c, v_c, g_c, beta_c, state=state_0)
+state_wy = wy_chunk_state(k_c[0, 0], v_c[0, 0], beta_c[0, 0], g_c[0, 0], state_0[0, 0])
+print(f"带门：WY 写法的块末状态和你的 gated_delta_rule 逐步算的最多差 {(state_wy - state_loop[0, 0]).abs().max():.1e}")
+
+keys_c, betas = k_c[0, 0], beta_c[0, 0]
+w_no_gate = torch.linalg.solve_triangular(torch.eye(chunk) + (betas[:, None] * (keys_c @ keys_c.T)).tril(-1),
+                                          betas[:, None] * keys_c, upper=False)
+product = torch.eye(key_dim)
+for t in range(chunk):
+    product = (torch.eye(key_dim) - betas[t] * torch.outer(keys_c[t], keys_c[t])) @ product
+print(f"不带门：{chunk} 个 (I − β k^T k) 的连乘，和 I − K^T W 最多差 "
+      f"{(product - (torch.eye(key_dim) - keys_c.T @ w_no_gate)).abs().max():.1e}")
 
 # %% [markdown]
 # ## 6. Qwen3.5 的 Gated DeltaNet 层
@@ -1718,4 +1816,21 @@ print(f"第 3 层，T = {tokens_3}：公式 {expected_3:,}，计数器 {flop_cou
 # 每块的代价约为 $C^2 D_k + C D_k D_v$（块内的矩阵和读写状态），$T / C$ 块合计约 $T\,C\,D_k + T\,D_k D_v$：$C$ 越大，块内的平方项越贵；
 # $C$ 越小，顺序执行的块间循环越长、矩阵乘法越小，硬件用不满。64 左右让块内的矩阵乘法足够大、能喂饱 GPU 的矩阵单元，
 # 平方项又不占主导；块间只传一个 $D_k \times D_v$ 的状态。
+# ### END SOLUTION
+
+# %% [markdown]
+# ### 思考题 4
+#
+# Qwen3.5 的 $\beta = \operatorname{sigmoid}(b) \in (0, 1)$。有的工作（Grazzi 等，2024）把它放宽到 $\beta \in (0, 2)$，例如 $2\operatorname{sigmoid}(b)$。
+# 这时转移矩阵 $I - \beta_t k_t^\top k_t$（$\lVert k_t \rVert = 1$）的特征值在什么范围？为什么这能让模型数清一串 0、1 里有奇数个
+# 还是偶数个 1，而 $\beta \in (0, 1)$ 时很难？
+
+# %% [markdown] tags=["answer:negative_eigenvalues"]
+# ### BEGIN SOLUTION
+# 特征值在 $k_t$ 方向上是 $1 - \beta_t$，其余方向上是 1。$\beta \in (0, 1)$ 时 $1 - \beta \in (0, 1)$：每一步只会把 $k_t$ 方向上的
+# 分量缩小，不会改变它的符号；$\beta \in (0, 2)$ 时 $1 - \beta \in (-1, 1)$，可以是负的。$\beta = 2$ 时这一步是一个反射：
+# $k_t$ 方向上的分量正好变号，两次反射又回到原样。数奇偶正需要这个：读到 1 就让状态里某个方向变一次号（反射），读到 0
+# 就不动（$\beta = 0$），读完之后看那个分量的符号就知道 1 的个数是奇是偶。特征值都不小于 0 时，连乘起来的转移矩阵
+# 在每个方向上只能缩放、不能翻转，状态没法用"来回翻转"记住奇偶；有限精度下，状态跟踪一类的任务（奇偶、模 $m$ 计数、
+# 置换的复合）就很难学。代价是稳定性：$\lvert 1 - \beta \rvert$ 接近 1 时擦得很少，状态里的旧内容忘得更慢。
 # ### END SOLUTION
