@@ -1,5 +1,5 @@
-"""Grades 07_real_model: Llama's attention on random and real SmolLM2 weights, and greedy generation through
-the student's KV cache in the real model."""
+"""Grades 07_real_model: Llama's attention on random and real SmolLM2 weights, greedy and sampled generation through
+the student's KV cache in the real model, the sampling distribution and the repetition penalties."""
 import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS

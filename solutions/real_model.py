@@ -1,6 +1,7 @@
 """Reference for 07_real_model: Llama's attention (grouped-query attention with a KV cache and RoPE over
 the whole head), greedy generation through one KV cache per layer of a real model, and sampling: the filtered
-next-token distribution (temperature, top-k, top-p) and generation that draws from it with a given generator.
+next-token distribution (temperature, top-k, top-p), generation that draws from it with a given generator, and
+the repetition, frequency and presence penalties on the logits.
 
 Shapes: hidden states ``[B, T, hidden]``; queries ``[B, H, T, D]``; keys and values ``[B, Hkv, T, D]``;
 token ids ``[B, T]``. Built from the references of 01 (masks, attention), 02 (heads), 03 (``repeat_kv``,
@@ -120,3 +121,24 @@ def sample_generate(model, input_ids: torch.Tensor, max_new_tokens: int, generat
         if mask is not None:
             mask = torch.cat([mask, torch.ones_like(step, dtype=mask.dtype)], dim=1)
     return torch.cat(chosen, dim=1)
+
+
+def apply_penalties(logits: torch.Tensor, generated: torch.Tensor, repetition_penalty: float = 1.0,
+                    frequency_penalty: float = 0.0, presence_penalty: float = 0.0) -> torch.Tensor:
+    """``logits [B, V]`` lowered for the tokens already in ``generated [B, n]`` (token ids, int64; ``n`` may be 0),
+    as a new tensor of the logits' dtype; each row counts only its own tokens. In this order:
+
+    1. repetition penalty ``r`` (CTRL's, as Hugging Face applies it): a token that appears in its row at all has
+       its logit divided by ``r`` when positive and multiplied by ``r`` otherwise, once however often it appears;
+    2. frequency penalty: minus ``frequency_penalty`` times the number of times the token appears in its row;
+    3. presence penalty: minus ``presence_penalty`` once for every token that appears in its row.
+
+    The defaults change nothing; the other tokens' logits are returned exactly as they were.
+    """
+    if not repetition_penalty > 0:
+        raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
+    counts = torch.zeros(logits.shape, dtype=torch.int64).scatter_add_(-1, generated, torch.ones_like(generated))
+    seen = counts > 0
+    lowered = torch.where(logits > 0, logits / repetition_penalty, logits * repetition_penalty)
+    penalized = torch.where(seen, lowered, logits)
+    return penalized - frequency_penalty * counts.to(logits.dtype) - presence_penalty * seen.to(logits.dtype)

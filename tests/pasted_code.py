@@ -2147,6 +2147,42 @@ def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):
         logits = logits.masked_fill(~keep, float("-inf"))
     return logits.softmax(dim=-1)
 ''', fails=("sampling_probs",)),
+    Pasted("transformers RepetitionPenaltyLogitsProcessor (gather, torch.where(score < 0, ...), scatter) with vLLM's "
+           "frequency and presence penalties (bin counts by scatter_add_)", A07, "apply_penalties", '''
+import torch
+
+
+def _get_token_bin_counts_and_mask(tokens, vocab_size):
+    bin_counts = torch.zeros((tokens.shape[0], vocab_size), dtype=torch.long, device=tokens.device)
+    bin_counts.scatter_add_(1, tokens, torch.ones_like(tokens))
+    return bin_counts, bin_counts > 0
+
+
+def apply_penalties(logits, generated, repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0):
+    scores = logits.clone()
+    if generated.shape[1] > 0:
+        score = torch.gather(scores, 1, generated)
+        # if score < 0 then repetition penalty has to be multiplied to reduce the token probabilities
+        score = torch.where(score < 0, score * repetition_penalty, score / repetition_penalty)
+        scores = scores.scatter(1, generated, score)
+    output_bin_counts, output_mask = _get_token_bin_counts_and_mask(generated, scores.shape[-1])
+    scores -= frequency_penalty * output_bin_counts.to(scores.dtype)
+    scores -= presence_penalty * output_mask.to(scores.dtype)
+    return scores
+'''),
+    # Real bug.
+    Pasted("Salesforce CTRL's sampling (repetition penalty as a temperature: every seen logit divided by the "
+           "penalty, negative ones included), fixed in transformers' RepetitionPenaltyLogitsProcessor", A07,
+           "apply_penalties", '''
+import torch
+
+
+def apply_penalties(logits, generated, repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0):
+    counts = torch.zeros_like(logits, dtype=torch.long).scatter_add_(1, generated, torch.ones_like(generated))
+    seen = counts > 0
+    penalized = torch.where(seen, logits / repetition_penalty, logits)
+    return penalized - frequency_penalty * counts.to(logits.dtype) - presence_penalty * seen.to(logits.dtype)
+''', fails=("apply_penalties",)),
 ]
 
 

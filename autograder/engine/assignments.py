@@ -8,6 +8,7 @@ from pathlib import Path
 from autograder.engine.checks import (
     apply_output_gate,
     apply_partial_rope,
+    apply_penalties,
     apply_rope,
     attention,
     attention_flops,
@@ -92,7 +93,7 @@ RECORDS: dict[str, Assignment] = {a.name: a for a in (
     Assignment("06_qwen35_attention", (zero_centered_rms_norm.EXERCISE, apply_partial_rope.EXERCISE,
                                        qwen35_attention.EXERCISE)),
     Assignment("07_real_model", (llama_attention.EXERCISE, greedy_generate.EXERCISE, sampling_probs.EXERCISE,
-                                 sample_generate.EXERCISE), needs=(SMOLLM2,)),
+                                 sample_generate.EXERCISE, apply_penalties.EXERCISE), needs=(SMOLLM2,)),
     Assignment("08_gated_deltanet", (
         linear_attention.EXERCISE,
         linear_attention_recurrent.EXERCISE,

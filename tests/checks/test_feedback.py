@@ -250,6 +250,10 @@ ERRORS = {
     "an empty slice": (lambda: torch.zeros(2, 5)[:, 4:2][..., -1], "第 1 维是空的（长度 0）"),
     "an index past the end": (lambda: torch.zeros(2, 5)[:, 7], "第 1 维只有 5 个"),
     "a token id past the vocabulary": (lambda: torch.nn.Embedding(10, 4)(torch.tensor([[3, 12]])), "argmax(dim=-1)"),
+    "counts of one dtype, ones of another": (
+        lambda: torch.zeros(2, 6).scatter_add_(-1, torch.tensor([[1, 1], [0, 3]]), torch.ones(2, 2, dtype=torch.long)),
+        "dtype 相同"),
+    "bincount of a batch of token ids": (lambda: torch.bincount(torch.tensor([[1, 1], [0, 3]])), "一行一行地 bincount"),
     "a weight that is no parameter": (lambda: _plain_weight().load_state_dict({"weight": torch.ones(3)}),
                                       "存成普通张量"),
     # PyTorch's words depend on the CPU's convolution kernel: oneDNN's name the input's and the weight's types

@@ -106,11 +106,27 @@ def sample_generate(model, input_ids: torch.Tensor, max_new_tokens: int, generat
     return out
 '''
 
+# apply_penalties came later; written from the notebook alone by the writer of g07 (its mistakes are there).
+APPLY_PENALTIES = '''def apply_penalties(logits: torch.Tensor, generated: torch.Tensor, repetition_penalty: float = 1.0,
+                    frequency_penalty: float = 0.0, presence_penalty: float = 0.0) -> torch.Tensor:
+    """logits [B, V] lowered for the tokens in generated [B, n] (int64), row by row: the repetition penalty
+    (divide a positive logit, multiply a negative one, once per seen token), then minus frequency_penalty times
+    the count and minus presence_penalty once. Returns a new [B, V] tensor of logits' dtype."""
+    counts = torch.zeros(logits.shape, dtype=torch.long, device=logits.device)
+    counts.scatter_add_(-1, generated, torch.ones_like(generated))
+    seen = counts > 0
+    shrunk = torch.where(logits > 0, logits / repetition_penalty, logits * repetition_penalty)
+    out = torch.where(seen, shrunk, logits)
+    out = out - frequency_penalty * counts.to(logits.dtype)
+    out = out - presence_penalty * seen.to(logits.dtype)
+    return out
+'''
+
 CORRECT = {**a01.CORRECT, "split_heads": a02.SPLIT_HEADS, "merge_heads": a02.MERGE_HEADS,
            "KVCache": a03.KVCACHE, "repeat_kv": a03.REPEAT_KV, "rope_cos_sin": a04.ROPE_COS_SIN,
            "rotate_half": a04.ROTATE_HALF, "apply_rope": a04.APPLY_ROPE,
            "LlamaAttention": LLAMA, "greedy_generate": GREEDY,
-           "sampling_probs": SAMPLING_PROBS, "sample_generate": SAMPLE}
+           "sampling_probs": SAMPLING_PROBS, "sample_generate": SAMPLE, "apply_penalties": APPLY_PENALTIES}
 
 L, GG, SP, SG = "LlamaAttention", "greedy_generate", "sampling_probs", "sample_generate"
 

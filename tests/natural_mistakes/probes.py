@@ -667,10 +667,35 @@ def _p07():
                 f(model, batch, 6, torch.Generator().manual_seed(9), attention_mask=mask, top_k=3, temperature=1.5),
                 f(model, torch.tensor([[7]]), 3, torch.Generator().manual_seed(5), top_k=5)]
 
+    # apply_penalties: seen tokens on both sides of zero, repeats, rows of their own, an empty history
+    def penalty_logits(rows: int, vocab: int, seed: int, dtype=torch.float32):
+        return (torch.randn(rows, vocab, generator=torch.Generator().manual_seed(seed)) * 2).to(dtype)
+
+    def ap_each(ns):
+        f, history = ns["apply_penalties"], torch.tensor([[1, 1, 1, 4, 6], [0, 2, 2, 7, 7]])
+        logits = penalty_logits(2, 9, 31)
+        return [f(logits, history, repetition_penalty=1.7), f(logits, history, frequency_penalty=0.4),
+                f(logits, history, presence_penalty=0.9), f(logits, history), f(logits, history[:, :0], 1.5, 0.3, 0.2)]
+
+    def ap_together(ns):
+        f = ns["apply_penalties"]
+        small = torch.tensor([[0.3, 0.1, -0.2, 2.0, 0.05, -3.0]])
+        return [f(small, torch.tensor([[0, 0, 1, 2, 4, 4, 4]]), 1.5, 0.6, 0.25),
+                f(penalty_logits(3, 20, 32), torch.randint(0, 20, (3, 15), generator=torch.Generator().manual_seed(33)),
+                  repetition_penalty=0.7, frequency_penalty=0.2, presence_penalty=0.1)]
+
+    def ap_dtypes_and_input(ns):
+        f, history = ns["apply_penalties"], torch.tensor([[3, 3, 5], [1, 8, 8]])
+        logits = penalty_logits(2, 10, 34)
+        out = [f(logits.to(BF16), history, 1.3, 0.5, 0.2), f(logits.double(), history, 1.2, 0.3, 0.4)]
+        f(logits, history, 1.4, 0.5, 0.5)
+        return out + [logits]
+
     PROBES["07_real_model"] = {"LlamaAttention": [llama], "greedy_generate": [greedy_tiny, greedy_real],
                                "sampling_probs": [sp_plain, sp_top_k, sp_top_k_beyond_vocab, sp_top_p, sp_combined,
                                                   sp_large_and_bf16, sp_leaves_input],
-                               "sample_generate": [sg_settings, sg_generator_use, sg_batch]}
+                               "sample_generate": [sg_settings, sg_generator_use, sg_batch],
+                               "apply_penalties": [ap_each, ap_together, ap_dtypes_and_input]}
 
 
 _p07()

@@ -150,8 +150,19 @@ def sample_generate(model, input_ids, max_new_tokens, generator, attention_mask=
     return torch.cat(out, dim=-1)
 '''
 
+_PENALTIES = '''
+def apply_penalties(logits, generated, repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0):
+    counts = torch.zeros_like(logits, dtype=torch.long)
+    counts.scatter_add_(1, generated, torch.ones_like(generated))
+    used = counts > 0
+    out = torch.where(used & (logits > 0), logits / repetition_penalty, logits)
+    out = torch.where(used & (logits <= 0), logits * repetition_penalty, out)
+    out = out - frequency_penalty * counts
+    return (out - presence_penalty * used.float()).to(logits.dtype)
+'''
+
 CORRECT = {"LlamaAttention": _llama(), "greedy_generate": _GENERATE, "sampling_probs": _SAMPLING,
-           "sample_generate": _SAMPLE}
+           "sample_generate": _SAMPLE, "apply_penalties": _PENALTIES}
 
 _INTERLEAVED = '''
         def turn_pairs(t):
@@ -347,6 +358,25 @@ def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):
         "        feed = torch.multinomial(")),
     ("sample_generate", "没有把 temperature、top_k、top_p 交给 sampling_probs", _SAMPLE.replace(
         "sampling_probs(last, **sampling)", "sampling_probs(last)")),
+    ("apply_penalties", "负的 logit 也除以了 repetition_penalty", _PENALTIES.replace(
+        "    out = torch.where(used & (logits > 0), logits / repetition_penalty, logits)\n"
+        "    out = torch.where(used & (logits <= 0), logits * repetition_penalty, out)\n",
+        "    out = torch.where(used, logits / repetition_penalty, logits)\n")),
+    ("apply_penalties", "frequency penalty 没有按出现次数算", _PENALTIES.replace(
+        "counts.scatter_add_(1, generated, torch.ones_like(generated))", "counts.scatter_(1, generated, 1)")),
+    ("apply_penalties", "整个 batch 的 token 一起计数了", _PENALTIES.replace(
+        "    counts = torch.zeros_like(logits, dtype=torch.long)\n"
+        "    counts.scatter_add_(1, generated, torch.ones_like(generated))\n",
+        "    counts = torch.bincount(generated.flatten(), minlength=logits.shape[-1]).expand(logits.shape[0], -1)\n")),
+    ("apply_penalties", "先减了 frequency / presence penalty", '''
+def apply_penalties(logits, generated, repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0):
+    counts = torch.zeros_like(logits, dtype=torch.long)
+    counts.scatter_add_(1, generated, torch.ones_like(generated))
+    used = counts > 0
+    shifted = logits - frequency_penalty * counts - presence_penalty * used.float()
+    out = torch.where(used & (shifted > 0), shifted / repetition_penalty, shifted)
+    return torch.where(used & (shifted <= 0), shifted * repetition_penalty, out).to(logits.dtype)
+'''),
     ("sample_generate", "取了第一个位置的 logits", _SAMPLE.replace("[:, -1, :]", "[:, 0, :]")),
     ("sample_generate", "返回的 token 里包括了提示词", _SAMPLE.replace(
         "return torch.cat(out, dim=-1)", "return torch.cat([input_ids, *out], dim=-1)")),
@@ -432,6 +462,17 @@ def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):
         probs = torch.stack(rows)
     return (probs / probs.sum(-1, keepdim=True)).to(logits.dtype)
 '''),
+    ("apply_penalties", "a loop over the rows with bincount, the penalties as a sign-aware factor", '''
+def apply_penalties(logits, generated, repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0):
+    rows = []
+    for row, ids in zip(logits, generated):
+        count = torch.bincount(ids, minlength=row.shape[0]).to(row.dtype)
+        seen = count > 0
+        factor = torch.where(row > 0, 1 / repetition_penalty, repetition_penalty)
+        row = torch.where(seen, row * factor.to(row.dtype), row)
+        rows.append(row - count * frequency_penalty - seen.to(row.dtype) * presence_penalty)
+    return torch.stack(rows)
+'''),
     ("sample_generate", "the sampling options as named parameters, the prompt fed once", '''
 def sample_generate(model, input_ids, max_new_tokens, generator, attention_mask=None, temperature=1.0, top_k=None,
                     top_p=None):
@@ -464,6 +505,9 @@ class LlamaAttention(nn.Module):
     "sampling_probs": "def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):\n"
                       "    raise NotImplementedError()\n",
     "sample_generate": "def sample_generate(model, input_ids, max_new_tokens, generator, attention_mask=None, **sampling):\n"
+                       "    raise NotImplementedError()\n",
+    "apply_penalties": "def apply_penalties(logits, generated, repetition_penalty=1.0, frequency_penalty=0.0,\n"
+                       "                    presence_penalty=0.0):\n"
                        "    raise NotImplementedError()\n",
 }
 
