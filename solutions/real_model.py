@@ -1,7 +1,7 @@
 """Reference for 07_real_model: Llama's attention (grouped-query attention with a KV cache and RoPE over
 the whole head), greedy generation through one KV cache per layer of a real model, and sampling: the filtered
-next-token distribution (temperature, top-k, top-p), generation that draws from it with a given generator, and
-the repetition, frequency and presence penalties on the logits.
+next-token distribution (temperature, top-k, top-p), generation that draws from it with a given generator, the
+repetition, frequency and presence penalties on the logits, and min-p's filter.
 
 Shapes: hidden states ``[B, T, hidden]``; queries ``[B, H, T, D]``; keys and values ``[B, Hkv, T, D]``;
 token ids ``[B, T]``. Built from the references of 01 (masks, attention), 02 (heads), 03 (``repeat_kv``,
@@ -142,3 +142,13 @@ def apply_penalties(logits: torch.Tensor, generated: torch.Tensor, repetition_pe
     lowered = torch.where(logits > 0, logits / repetition_penalty, logits * repetition_penalty)
     penalized = torch.where(seen, lowered, logits)
     return penalized - frequency_penalty * counts.to(logits.dtype) - presence_penalty * seen.to(logits.dtype)
+
+
+def min_p_filter(probs: torch.Tensor, min_p: float) -> torch.Tensor:
+    """min-p sampling's filter: ``probs [B, V]`` (each row a distribution) → ``[B, V]``, same dtype, keeping in each
+    row the tokens whose probability is at least ``min_p`` times that row's largest, renormalised; removed tokens
+    exactly 0. ``min_p = 0`` keeps every token, ``min_p = 1`` only the most likely (and any tied with it)."""
+    if not 0 <= min_p <= 1:
+        raise ValueError(f"min_p must be in [0, 1], got {min_p}")
+    kept = probs.masked_fill(probs < min_p * probs.amax(dim=-1, keepdim=True), 0.0)
+    return kept / kept.sum(dim=-1, keepdim=True)

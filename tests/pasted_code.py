@@ -2183,6 +2183,21 @@ def apply_penalties(logits, generated, repetition_penalty=1.0, frequency_penalty
     penalized = torch.where(seen, logits / repetition_penalty, logits)
     return penalized - frequency_penalty * counts.to(logits.dtype) - presence_penalty * seen.to(logits.dtype)
 ''', fails=("apply_penalties",)),
+    Pasted("transformers MinPLogitsWarper (softmax, top_probs from max(dim=-1, keepdim=True), scaled_min_p, "
+           "tokens_to_remove = probs < scaled_min_p), on probabilities instead of scores", A07, "min_p_filter", '''
+import torch
+
+
+def min_p_filter(probs, min_p):
+    # Get the probability of the top token for each sequence in the batch
+    top_probs, _ = probs.max(dim=-1, keepdim=True)
+    # Calculate the actual min_p threshold by scaling min_p with the top token's probability
+    scaled_min_p = min_p * top_probs
+    # Create a mask for tokens that have a probability less than the scaled min_p
+    tokens_to_remove = probs < scaled_min_p
+    probs = probs.masked_fill(tokens_to_remove, 0.0)
+    return probs / probs.sum(dim=-1, keepdim=True)
+'''),
 ]
 
 

@@ -30,6 +30,7 @@ from autograder.engine.checks import (
     llama_attention,
     masked_softmax,
     merge_heads,
+    min_p_filter,
     mla_cache_bytes,
     multi_head_attention,
     multi_head_latent_attention,
@@ -93,7 +94,8 @@ RECORDS: dict[str, Assignment] = {a.name: a for a in (
     Assignment("06_qwen35_attention", (zero_centered_rms_norm.EXERCISE, apply_partial_rope.EXERCISE,
                                        qwen35_attention.EXERCISE)),
     Assignment("07_real_model", (llama_attention.EXERCISE, greedy_generate.EXERCISE, sampling_probs.EXERCISE,
-                                 sample_generate.EXERCISE, apply_penalties.EXERCISE), needs=(SMOLLM2,)),
+                                 sample_generate.EXERCISE, apply_penalties.EXERCISE, min_p_filter.EXERCISE),
+               needs=(SMOLLM2,)),
     Assignment("08_gated_deltanet", (
         linear_attention.EXERCISE,
         linear_attention_recurrent.EXERCISE,

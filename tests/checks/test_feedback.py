@@ -254,6 +254,7 @@ ERRORS = {
         lambda: torch.zeros(2, 6).scatter_add_(-1, torch.tensor([[1, 1], [0, 3]]), torch.ones(2, 2, dtype=torch.long)),
         "dtype 相同"),
     "bincount of a batch of token ids": (lambda: torch.bincount(torch.tensor([[1, 1], [0, 3]])), "一行一行地 bincount"),
+    "the (values, indices) of max times a number": (lambda: 0.5 * torch.zeros(2, 3).max(dim=-1, keepdim=True), ".values"),
     "a weight that is no parameter": (lambda: _plain_weight().load_state_dict({"weight": torch.ones(3)}),
                                       "存成普通张量"),
     # PyTorch's words depend on the CPU's convolution kernel: oneDNN's name the input's and the weight's types

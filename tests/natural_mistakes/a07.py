@@ -122,11 +122,23 @@ APPLY_PENALTIES = '''def apply_penalties(logits: torch.Tensor, generated: torch.
     return out
 '''
 
+# min_p_filter too, by the writer of h07.
+MIN_P_FILTER = '''def min_p_filter(probs: torch.Tensor, min_p: float) -> torch.Tensor:
+    """probs [B, V] (each row a distribution) -> [B, V]: in each row keep the tokens with probability >= min_p times
+    the row's largest, set the others to exactly 0, renormalise."""
+    largest = probs.max(dim=-1, keepdim=True).values
+    threshold = min_p * largest
+    keep = probs >= threshold
+    kept = torch.where(keep, probs, torch.zeros_like(probs))
+    return kept / kept.sum(dim=-1, keepdim=True)
+'''
+
 CORRECT = {**a01.CORRECT, "split_heads": a02.SPLIT_HEADS, "merge_heads": a02.MERGE_HEADS,
            "KVCache": a03.KVCACHE, "repeat_kv": a03.REPEAT_KV, "rope_cos_sin": a04.ROPE_COS_SIN,
            "rotate_half": a04.ROTATE_HALF, "apply_rope": a04.APPLY_ROPE,
            "LlamaAttention": LLAMA, "greedy_generate": GREEDY,
-           "sampling_probs": SAMPLING_PROBS, "sample_generate": SAMPLE, "apply_penalties": APPLY_PENALTIES}
+           "sampling_probs": SAMPLING_PROBS, "sample_generate": SAMPLE, "apply_penalties": APPLY_PENALTIES,
+           "min_p_filter": MIN_P_FILTER}
 
 L, GG, SP, SG = "LlamaAttention", "greedy_generate", "sampling_probs", "sample_generate"
 

@@ -691,11 +691,31 @@ def _p07():
         f(logits, history, 1.4, 0.5, 0.5)
         return out + [logits]
 
+    # min_p_filter: rows of different sureness, a token exactly on the threshold, min_p at 0 and 1
+    def mp_rows(ns):
+        f = ns["min_p_filter"]
+        rows = torch.softmax(torch.randn(3, 30, generator=torch.Generator().manual_seed(35))
+                             * torch.tensor([[4.0], [0.5], [2.0]]), dim=-1)
+        return [f(rows, 0.1), f(rows, 0.3), f(rows, 0.0), f(rows, 1.0)]
+
+    def mp_edges(ns):
+        f = ns["min_p_filter"]
+        edge = torch.tensor([[0.5, 0.25, 0.125, 0.125], [0.25, 0.25, 0.25, 0.25]])
+        return [f(edge, 0.5), f(edge, 0.25), f(edge, 1.0)]
+
+    def mp_dtypes_and_input(ns):
+        f = ns["min_p_filter"]
+        rows = torch.softmax(torch.randn(2, 16, generator=torch.Generator().manual_seed(36)) * 2, dim=-1)
+        out = [f(rows.to(BF16), 0.2), f(rows.double(), 0.05)]
+        f(rows, 0.3)
+        return out + [rows]
+
     PROBES["07_real_model"] = {"LlamaAttention": [llama], "greedy_generate": [greedy_tiny, greedy_real],
                                "sampling_probs": [sp_plain, sp_top_k, sp_top_k_beyond_vocab, sp_top_p, sp_combined,
                                                   sp_large_and_bf16, sp_leaves_input],
                                "sample_generate": [sg_settings, sg_generator_use, sg_batch],
-                               "apply_penalties": [ap_each, ap_together, ap_dtypes_and_input]}
+                               "apply_penalties": [ap_each, ap_together, ap_dtypes_and_input],
+                               "min_p_filter": [mp_rows, mp_edges, mp_dtypes_and_input]}
 
 
 _p07()

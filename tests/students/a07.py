@@ -161,8 +161,16 @@ def apply_penalties(logits, generated, repetition_penalty=1.0, frequency_penalty
     return (out - presence_penalty * used.float()).to(logits.dtype)
 '''
 
+_MIN_P = '''
+def min_p_filter(probs, min_p):
+    top = probs.max(dim=-1, keepdim=True).values
+    keep = probs >= top * min_p
+    out = torch.where(keep, probs, torch.zeros_like(probs))
+    return out / out.sum(dim=-1, keepdim=True)
+'''
+
 CORRECT = {"LlamaAttention": _llama(), "greedy_generate": _GENERATE, "sampling_probs": _SAMPLING,
-           "sample_generate": _SAMPLE, "apply_penalties": _PENALTIES}
+           "sample_generate": _SAMPLE, "apply_penalties": _PENALTIES, "min_p_filter": _MIN_P}
 
 _INTERLEAVED = '''
         def turn_pairs(t):
@@ -368,6 +376,11 @@ def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):
         "    counts = torch.zeros_like(logits, dtype=torch.long)\n"
         "    counts.scatter_add_(1, generated, torch.ones_like(generated))\n",
         "    counts = torch.bincount(generated.flatten(), minlength=logits.shape[-1]).expand(logits.shape[0], -1)\n")),
+    ("min_p_filter", "门槛是 min_p 本身", _MIN_P.replace("keep = probs >= top * min_p", "keep = probs >= min_p")),
+    ("min_p_filter", "最大概率取的是整个 batch 的", _MIN_P.replace(
+        "top = probs.max(dim=-1, keepdim=True).values", "top = probs.max()")),
+    ("min_p_filter", "门槛用了 >", _MIN_P.replace("keep = probs >= top * min_p", "keep = probs > top * min_p")),
+    ("min_p_filter", "没有重新归一化", _MIN_P.replace("    return out / out.sum(dim=-1, keepdim=True)\n", "    return out\n")),
     ("apply_penalties", "先减了 frequency / presence penalty", '''
 def apply_penalties(logits, generated, repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0):
     counts = torch.zeros_like(logits, dtype=torch.long)
@@ -462,6 +475,15 @@ def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):
         probs = torch.stack(rows)
     return (probs / probs.sum(-1, keepdim=True)).to(logits.dtype)
 '''),
+    ("min_p_filter", "sorted, the cut found by searchsorted on the ascending probabilities", '''
+def min_p_filter(probs, min_p):
+    ascending, order = probs.sort(dim=-1)
+    cut = torch.searchsorted(ascending.contiguous(), ascending[:, -1:] * min_p)  # the first index at or above
+    positions = torch.arange(probs.shape[-1]).expand_as(probs)
+    kept_sorted = torch.where(positions >= cut, ascending, torch.zeros_like(ascending))
+    kept = torch.zeros_like(probs).scatter(-1, order, kept_sorted)
+    return kept / kept.sum(-1, keepdim=True)
+'''),
     ("apply_penalties", "a loop over the rows with bincount, the penalties as a sign-aware factor", '''
 def apply_penalties(logits, generated, repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0):
     rows = []
@@ -509,6 +531,7 @@ class LlamaAttention(nn.Module):
     "apply_penalties": "def apply_penalties(logits, generated, repetition_penalty=1.0, frequency_penalty=0.0,\n"
                        "                    presence_penalty=0.0):\n"
                        "    raise NotImplementedError()\n",
+    "min_p_filter": "def min_p_filter(probs, min_p):\n    raise NotImplementedError()\n",
 }
 
 
