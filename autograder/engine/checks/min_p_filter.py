@@ -7,6 +7,7 @@ batch, or an absolute one, keeps a different set; no probability lies on a bound
 exact in every dtype)."""
 import torch
 
+from autograder.engine.checks.sampling_probs import removed_exactly_zero
 from autograder.engine.combined import variants
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
 from autograder.engine.model import Exercise, Mistake
@@ -58,13 +59,8 @@ def cases() -> list[Case]:
 
 
 def verify(case: Case, got: torch.Tensor) -> str | None:
-    """Removed tokens must be exactly 0, not merely small: the sampler must never pick them."""
-    want = min_p_filter(*case.in_float64().args, **case.kwargs)
-    leaked = (want == 0) & (got != 0)
-    if leaked.any():
-        return (f"被去掉的 token 的概率应该正好是 0，有 {int(leaked.sum())} 个不是（最大 {got[leaked].abs().max().item():.3g}）："
-                "用 masked_fill(…, 0.0) 或 torch.where 把它们置零，再重新归一化。")
-    return None
+    return removed_exactly_zero(min_p_filter(*case.in_float64().args, **case.kwargs), got,
+                                "用 masked_fill(…, 0.0) 或 torch.where 把它们置零，再重新归一化。")
 
 
 @variants

@@ -71,14 +71,19 @@ def cases() -> list[Case]:
     ]
 
 
-def verify(case: Case, got: torch.Tensor) -> str | None:
-    """Removed tokens must be exactly 0, not merely small: the sampler must never pick them."""
-    want = sampling_probs(*case.in_float64().args, **case.kwargs)
+def removed_exactly_zero(want: torch.Tensor, got: torch.Tensor, how: str) -> str | None:
+    """Tokens the reference removed (``want == 0``) must be exactly 0 in ``got``, not merely small: the sampler must
+    never pick them. ``how`` says how to zero them."""
     leaked = (want == 0) & (got != 0)
     if leaked.any():
         return (f"被去掉的 token 的概率应该正好是 0，有 {int(leaked.sum())} 个不是（最大 {got[leaked].abs().max().item():.3g}）："
-                "用 masked_fill(…, 0.0)（或先在 logits 上填 −inf 再 softmax），不要只是减小它们。")
+                + how)
     return None
+
+
+def verify(case: Case, got: torch.Tensor) -> str | None:
+    return removed_exactly_zero(sampling_probs(*case.in_float64().args, **case.kwargs), got,
+                                "用 masked_fill(…, 0.0)（或先在 logits 上填 −inf 再 softmax），不要只是减小它们。")
 
 
 @variants
