@@ -73,28 +73,32 @@ def cases() -> list[Case]:
 
 @variants
 def _penalized(*, negative="multiply", per_occurrence=False, frequency="count", presence="once", sign=-1,
-               rows="own", where="seen", repetition_first=True):
+               rows="own", where="seen", repetition_first=True, repetition_on="seen", presence_on="seen"):
     """``apply_penalties`` with one thing done differently: a seen negative logit ``"multiply"``-ed by r (right),
     ``"divide"``-d like a positive one, or the two swapped (``"swapped"``: positive multiplied, negative divided);
     ``per_occurrence``: the repetition penalty applied once per appearance (r to the power of the count);
     ``frequency`` times the ``"count"`` (right) or times ``"once"`` (0/1); ``presence`` ``"once"`` (right) or times the
     ``"count"``; ``sign`` -1 subtracts (right), +1 adds; ``rows`` ``"own"`` (right) or ``"all"`` (every row counts
     the whole batch's tokens); ``where`` the tokens penalised, ``"seen"`` (right) or ``"unseen"``;
-    ``repetition_first`` False subtracts before the repetition penalty."""
+    ``repetition_first`` False subtracts before the repetition penalty; ``repetition_on`` and ``presence_on``
+    ``"all"``: that penalty applied to every token, seen or not."""
     def fn(logits, generated, repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0):
         ids = generated if rows == "own" else generated.reshape(1, -1).expand(logits.shape[0], -1)
         counts = torch.zeros(logits.shape, dtype=torch.int64).scatter_add_(-1, ids, torch.ones_like(ids))
         seen = counts > 0 if where == "seen" else counts == 0
         times = counts.clamp(min=1) if per_occurrence else 1
         r = repetition_penalty ** times
+        repeated = seen if repetition_on == "seen" else torch.ones_like(seen)
 
         def repeat(values):
             down = {"multiply": values * r, "divide": values / r, "swapped": values / r}[negative]
             up = values * r if negative == "swapped" else values / r
-            return torch.where(seen, torch.where(values > 0, up, down), values)
+            return torch.where(repeated, torch.where(values > 0, up, down), values)
 
         frequency_times = counts if frequency == "count" else seen.to(torch.int64)
         presence_times = counts if presence == "count" else seen.to(torch.int64)
+        if presence_on == "all":
+            presence_times = torch.ones_like(presence_times)
         shift = sign * (frequency_penalty * frequency_times.to(logits.dtype) + presence_penalty * presence_times.to(logits.dtype))
         if where == "unseen":
             shift = shift * (counts == 0)
@@ -122,6 +126,12 @@ MISTAKES = (
             "在 dim=-1 上按行 scatter_add_，不要把整批摊平了一起数。", _penalized(rows="all")),
     Mistake("惩罚加在了没出现过的 token 上", "只有 generated 里出现过的 token 才受罚，其余 token 的 logit 原样返回。",
             _penalized(where="unseen")),
+    Mistake("repetition penalty 用在了所有 token 上，不只是出现过的", "repetition penalty 只改出现过的 token：先用计数得到"
+            "「出现过」的掩码（counts > 0），torch.where(出现过, 除以或乘以 r 的结果, 原来的 logit)。",
+            _penalized(repetition_on="all")),
+    Mistake("presence penalty 从所有 token 上都减了", "presence penalty 只减在出现过的 token 上：减的是 presence_penalty × "
+            "[出现过]（掩码转成 logits 的 dtype），不是整行都减。整行减同一个数，softmax 之后什么都没变，等于没加。",
+            _penalized(presence_on="all")),
     Mistake("先减了 frequency / presence penalty，再做 repetition penalty", "顺序是：先 repetition penalty（按 logit 的正负"
             "除以或乘以 r），再减 frequency 和 presence penalty。先减的话，减掉的量也跟着被除以（或乘以）r；小的正 logit "
             "还会被减成负数，接着被乘以 r 而不是除以 r。",

@@ -64,12 +64,13 @@ def verify(case: Case, got: torch.Tensor) -> str | None:
 
 
 @variants
-def _filtered(*, relative=True, top_over="row", strict=False, renormalise=True, reference="max"):
+def _filtered(*, relative=True, top_over="row", strict=False, renormalise=True, reference="max", sorted_out=False):
     """``min_p_filter`` with one thing done differently: ``relative`` False compares each probability with
     ``min_p`` itself; ``top_over`` ``"row"`` (right), ``"column"`` (each token's largest over the batch, dim=0) or ``"batch"`` (the
     largest of the whole batch);
     ``strict``: keeps only probabilities strictly above the threshold; ``renormalise`` False leaves the kept
-    probabilities as they were; ``reference`` ``"max"`` (right) or ``"sum"`` (min_p times the row's sum, 1)."""
+    probabilities as they were; ``reference`` ``"max"`` (right) or ``"sum"`` (min_p times the row's sum, 1);
+    ``sorted_out``: the row returned sorted from most to least likely (never put back in the vocabulary's order)."""
     def fn(probs, min_p):
         top = {"row": probs.amax(dim=-1, keepdim=True), "column": probs.amax(dim=0, keepdim=True),
                "batch": probs.amax()}[top_over]
@@ -78,6 +79,8 @@ def _filtered(*, relative=True, top_over="row", strict=False, renormalise=True, 
         threshold = min_p * top if relative else torch.full_like(top, min_p)
         drop = probs <= threshold if strict else probs < threshold
         kept = probs.masked_fill(drop, 0.0)
+        if sorted_out:
+            kept = kept.sort(dim=-1, descending=True).values
         return kept / kept.sum(dim=-1, keepdim=True) if renormalise else kept
     return fn
 
@@ -96,6 +99,9 @@ MISTAKES = (
             _filtered(renormalise=False)),
     Mistake("门槛乘的是这一行的和（也就是 1），不是最大的概率", "门槛是 min_p × max(p)：用 amax（或 max(...).values），"
             "不是 sum。", _filtered(reference="sum")),
+    Mistake("过滤后的概率还是排好序的顺序，没有放回词表里原来的位置", "min-p 不用排序：直接拿每个 token 的概率和门槛比，"
+            "位置不动。排了序的话（像 top-p 那样），最后要用 scatter 按原来的下标放回去，第 j 个位置才是 token j 的概率。",
+            _filtered(sorted_out=True)),
 )
 
 OUTPUT_NAMES = ("probs [B, V]",)
