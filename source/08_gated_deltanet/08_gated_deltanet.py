@@ -1676,10 +1676,9 @@ print(f"两张图最多差 {(weights_layers - weights_embedding).abs().max():.3f
 
 # %%
 d, d_ff, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
-conv_width = 2 * heads_k * dim_k + heads_v * dim_v
 heads_q, heads_kv, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
-deltanet_matrices = d * conv_width + d * heads_v * dim_v + 2 * d * heads_v + heads_v * dim_v * d
-deltanet_params = deltanet_matrices + conv_width * kernel + 2 * heads_v + dim_v  # + conv, A_log, dt_bias, norm
+deltanet_matrices = d * conv_channels + d * heads_v * dim_v + 2 * d * heads_v + heads_v * dim_v * d
+deltanet_params = deltanet_matrices + conv_channels * kernel + 2 * heads_v + dim_v  # + conv, A_log, dt_bias, norm
 attention_matrices = d * 2 * heads_q * head_dim + 2 * d * heads_kv * head_dim + heads_q * head_dim * d
 attention_params = attention_matrices + 2 * head_dim  # + q_norm, k_norm
 mlp_matrices = 3 * d * d_ff
