@@ -201,15 +201,22 @@ class Hub:
 
 
 def in_namespace(script: str) -> None:
-    """``script`` in a mount namespace of its own, as root; it must succeed within 3 steps' time."""
+    """``script`` in a mount namespace of its own, as root, reading nothing; it must succeed within 3 steps' time.
+    Past that, its Pythons (run with ``PYTHONFAULTHANDLER``) are made to print where each thread stood, and the
+    failure quotes it."""
     process = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
     try:
         said, _ = process.communicate(timeout=3 * SECONDS)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        said, _ = process.communicate()
-        pytest.fail(f"no end within {3 * SECONDS} s: {script}\n{said[-3000:]}")
+        os.killpg(process.pid, signal.SIGABRT)  # faulthandler's signal: each Python prints its stacks, then dies
+        try:
+            said, _ = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            said, _ = process.communicate()
+        pytest.fail(f"no end within {3 * SECONDS} s: {script}\n{said[-6000:]}")
     assert process.returncode == 0, f"{script}\n{said[-3000:]}"
 
 
@@ -224,7 +231,7 @@ def hub(accounts, tmp_path_factory):
     ports = {name: free_port() for name in ("public", "hub", "proxy", "formgrader")}
     (state / "overlay.py").write_text(OVERLAY.format(config=str(DEPLOY / "jupyterhub_config.py"), **ports),
                                       encoding="utf-8")
-    python, as_grader = Path(sys.executable), f"runuser -u {GRADER} -- env HOME={shlex.quote(str(accounts / GRADER))}"
+    python, as_grader = Path(sys.executable), f"runuser -u {GRADER} -- env HOME={shlex.quote(str(accounts / GRADER))} PYTHONFAULTHANDLER=1"
     reached = ["mount -t tmpfs -o mode=755 tmpfs /srv",
                *reach({python.resolve(), Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), REPO})]
     # setup.sh's `course-release` as the grader (the clone's own, run from the clone), before the Hub and on its own
@@ -244,7 +251,8 @@ def hub(accounts, tmp_path_factory):
            "ATTENTION_COURSE_STUDENTS": STUDENTS, "ATTENTION_COURSE_INSTRUCTORS": INSTRUCTORS}
     with (state / "hub.log").open("w") as log:
         process = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-                                   cwd=state, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                   cwd=state, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
     url = f"http://127.0.0.1:{ports['public']}"
     # Three steps before the Hub answers (the grader account's first imports, the exchange, the Hub's own start):
     # on a machine whose cores the other tests fill, the first took more than one step's time once.
