@@ -16,8 +16,8 @@ import threading
 
 import torch
 
-HINT = ("带下划线的操作（masked_fill_、add_ ……）和 x[...] = ... 会改掉调用者传进来的张量：改用不带下划线的版本"
-        "（scores = scores.masked_fill(...)），或者先复制一份再改（x = x.clone()）。")
+HINT = ("带下划线的操作（masked_fill_、add_ ……）、x *= ...（+=、/= 也一样）和 x[...] = ... 会改掉调用者传进来的张量："
+        "改用不带下划线的版本（scores = scores.masked_fill(...)、x = x * ...），或者先复制一份再改（x = x.clone()）。")
 _GUARDED = "_course_guards_inputs"
 _inside = threading.local()  # whether a guarded call is running in this thread
 
@@ -116,14 +116,19 @@ def _guarded(fn):
 
 def guard(obj):
     """``obj`` with its calls checked for changed inputs: a function is wrapped; a class gets its public methods
-    (and ``__call__``) wrapped in place, those it inherits from classes of the same notebook too, and is returned.
-    Guarding twice changes nothing."""
+    (and ``__call__``) wrapped in place, static ones too (a ``torch.autograd.Function``'s ``forward`` and
+    ``backward``), those it inherits from classes of the same notebook too, and is returned. Guarding twice
+    changes nothing."""
     if isinstance(obj, type):
         for owner in reversed(obj.__mro__):
             if owner.__module__ != obj.__module__:
                 continue  # torch's nn.Module, object: not the student's
             for name, member in vars(owner).items():
-                if inspect.isfunction(member) and (not name.startswith("_") or name == "__call__"):
+                if name.startswith("_") and name != "__call__":
+                    continue
+                if isinstance(member, staticmethod):
+                    setattr(obj, name, staticmethod(_guarded(getattr(obj, name))))
+                elif inspect.isfunction(member):
                     setattr(obj, name, _guarded(getattr(obj, name)))
         return obj
     return _guarded(obj) if callable(obj) else obj

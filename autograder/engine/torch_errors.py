@@ -14,7 +14,7 @@ _RULES = (
                "[B, H, T, D] → [B, T, H·D]）。"),
     (r"Expected size for first two dimensions of batch2 tensor to be: \[(\d+), (\d+)\] but got: \[(\d+), (\d+)\]",
      lambda m: (f"矩阵乘法 A @ B 里，A 的最后一维是 {m[2]}，B 的倒数第二维却是 {m[4]}：两者要相等（乘的时候沿这一维求和）。"
-                "看看右边那个矩阵是不是该转置，或者切出来的那一段宽度对不对。") if m[1] == m[3] else
+                "看看两边是不是有一个该转置（.mT），或者切出来的那一段宽度对不对。") if m[1] == m[3] else
                (f"批量矩阵乘法两边的批（最后两维之前所有维合起来）不一样大：左边 {m[1]}，右边 {m[3]}。"
                 "看看两边的 batch 和头数是不是一样。")),
     (r"The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension (\d+)",

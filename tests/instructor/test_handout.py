@@ -233,3 +233,22 @@ def test_the_guard_follows_the_graders_rule():
     nan = torch.tensor([float("nan"), 1.0])
     assert inplace.changed_inputs(inplace.copies({"x": nan}), {"x": nan}, "参数 kwargs") == []  # NaN where NaN was
     assert inplace.changed_inputs(inplace.copies((nan,)), [nan.double()], "参数 xs") == ["参数 xs 的第 1 项"]
+
+
+def test_the_guard_watches_an_autograd_functions_static_passes():
+    """09's visible check guards ``FlashAttention``: a backward that changes the gradient it is handed is caught."""
+    class Doubled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, causal=False):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad.mul_(2), None
+
+    guarded = inplace.guard(Doubled)
+    assert guarded is Doubled and inplace.guard(Doubled).forward is Doubled.forward  # guarding twice changes nothing
+    x = torch.ones(3, requires_grad=True)
+    assert torch.equal(guarded.apply(x, False), torch.full((3,), 2.0))
+    with pytest.raises(AssertionError, match="Doubled.backward 原地修改了输入：调用之后，输入的值变了：参数 grad。"):
+        guarded.apply(x, False).backward(torch.ones(3))
