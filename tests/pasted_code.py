@@ -1,6 +1,7 @@
 """Answer cells as students paste them: each exercise written the way a well-known public codebase writes it
 (Hugging Face transformers, DeepSeek-V3, nanoGPT, Meta's llama, vLLM, torch's SDPA and FlopCounterMode, fla,
-Dao's causal-conv1d reference, rasbt's LLMs-from-scratch, PyTorch's safe softmax), kept to the course's names,
+Dao's causal-conv1d reference, rasbt's LLMs-from-scratch, PyTorch's safe softmax, the FlashAttention-2 paper's algorithms and Triton's fused-attention
+tutorial), kept to the course's names,
 signatures and conventions (tensors ``[batch, heads, seq, head_dim]``, bool masks with True = may attend,
 rotate-half RoPE, Qwen3.5's per-head query/gate split, ``(o, state)`` from the 08 rules).
 
@@ -25,6 +26,7 @@ class Pasted:
 
 A01, A02, A03, A04 = "01_attention_basics", "02_multi_head", "03_gqa_kv_cache", "04_rope_mla"
 A05, A06, A07, A08 = "05_output_gate", "06_qwen35_attention", "07_real_model", "08_gated_deltanet"
+A09 = "09_flash_attention"
 
 
 # --- 01_attention_basics ---------------------------------------------------------------------------------------
@@ -2651,4 +2653,133 @@ class Qwen35GatedDeltaNet(nn.Module):
 ]
 
 
-PASTED: list[Pasted] = [*_01, *_02, *_03, *_04, *_05, *_06, *_07, *_08]
+# --- 09_flash_attention ---------------------------------------------------------------------------------------
+
+# Triton's fused-attention tutorial, its loop written out in PyTorch: exp2 with log2(e) folded into the scale.
+_TRITON_FORWARD = '''
+import math
+
+import torch
+
+LOG2E = 1.44269504
+
+
+def flash_attention_forward(q, k, v, causal=False, block_q=16, block_k=16):
+    n_q, n_ctx = q.shape[-2], k.shape[-2]
+    qk_scale = LOG2E / math.sqrt(q.shape[-1])
+    past = n_ctx - n_q
+    o = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+    M = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype)
+    for start_m in range(0, n_q, block_q):
+        end_m = min(start_m + block_q, n_q)
+        q_blk = q[..., start_m:end_m, :]
+        m_i = torch.full(q_blk.shape[:-1], float("-inf"), dtype=q.dtype)
+        l_i = torch.zeros(q_blk.shape[:-1], dtype=q.dtype)
+        acc = torch.zeros(*q_blk.shape[:-1], v.shape[-1], dtype=q.dtype)
+        hi = min(n_ctx, past + end_m) if causal else n_ctx
+        for start_n in range(0, hi, block_k):
+            end_n = min(start_n + block_k, n_ctx)
+            qk = (q_blk @ k[..., start_n:end_n, :].transpose(-1, -2)) * qk_scale
+            if causal:
+                offs_m = torch.arange(start_m, end_m)[:, None] + past
+                offs_n = torch.arange(start_n, end_n)[None, :]
+                qk = torch.where(offs_m >= offs_n, qk, float("-inf"))
+            m_ij = torch.maximum(m_i, qk.amax(-1))
+            m_safe = torch.where(torch.isinf(m_ij), torch.zeros_like(m_ij), m_ij)
+            p = torch.exp2(qk - m_safe[..., None])
+            alpha = torch.exp2(m_i - m_safe)
+            l_i = l_i * alpha + p.sum(-1)
+            acc = acc * alpha[..., None] + p @ v[..., start_n:end_n, :]
+            m_i = m_ij
+        seen = l_i > 0
+        o[..., start_m:end_m, :] = torch.where(seen[..., None], acc / torch.where(seen, l_i, 1.0)[..., None], 0.0)
+        M[..., start_m:end_m] = torch.where(seen, (m_i + torch.log2(l_i)) / LOG2E, float("-inf"))
+    return o, M
+'''
+
+_09 = [
+    Pasted("Triton fused-attention tutorial's forward loop (exp2, log2(e) folded into the scale, hi bound)", A09,
+           "flash_attention_forward", _TRITON_FORWARD),
+    Pasted("Triton fused-attention tutorial, M kept in base 2 (m_i + log2(l_i)) as its kernel stores it", A09,
+           "flash_attention_forward",
+           patch(_TRITON_FORWARD, ("(m_i + torch.log2(l_i)) / LOG2E", "m_i + torch.log2(l_i)")),
+           fails=("flash_attention_forward", "FlashAttention")),
+    Pasted("FlashAttention-2 paper, Algorithm 2 (backward): key tiles outside, Di = rowsum(dO o O), P = exp(S - L)", A09,
+           "flash_attention_backward", '''
+import torch
+
+
+def flash_attention_backward(q, k, v, o, lse, do, causal=False, block_q=16, block_k=16):
+    N_q, N_k = q.shape[-2], k.shape[-2]
+    softmax_scale = q.shape[-1] ** -0.5
+    D = (do * o).sum(-1)  # D_i = rowsum(dO_i o O_i)
+    L = torch.nan_to_num(lse, neginf=0.0)  # rows that see no key: every S is -inf, so P = 0
+    dq = torch.zeros_like(q)
+    dk = torch.zeros_like(k)
+    dv = torch.zeros_like(v)
+    for j in range(0, N_k, block_k):
+        K_j, V_j = k[..., j:j + block_k, :], v[..., j:j + block_k, :]
+        dK_j, dV_j = torch.zeros_like(K_j), torch.zeros_like(V_j)
+        for i in range(0, N_q, block_q):
+            Q_i, dO_i = q[..., i:i + block_q, :], do[..., i:i + block_q, :]
+            rows = Q_i.shape[-2]
+            if causal and j > N_k - N_q + i + rows - 1:
+                continue
+            S_ij = Q_i @ K_j.transpose(-2, -1) * softmax_scale
+            if causal:
+                q_pos = torch.arange(i, i + rows).unsqueeze(-1) + (N_k - N_q)
+                S_ij = S_ij.masked_fill(torch.arange(j, j + K_j.shape[-2]) > q_pos, float("-inf"))
+            P_ij = torch.exp(S_ij - L[..., i:i + rows].unsqueeze(-1))
+            dV_j = dV_j + P_ij.transpose(-2, -1) @ dO_i
+            dP_ij = dO_i @ V_j.transpose(-2, -1)
+            dS_ij = P_ij * (dP_ij - D[..., i:i + rows].unsqueeze(-1))
+            dq[..., i:i + rows, :] += softmax_scale * dS_ij @ K_j
+            dK_j = dK_j + softmax_scale * dS_ij.transpose(-2, -1) @ Q_i
+        dk[..., j:j + block_k, :] = dK_j
+        dv[..., j:j + block_k, :] = dV_j
+    return dq, dk, dv
+'''),
+    Pasted("Triton fused-attention tutorial's _attention autograd.Function (save_for_backward, ctx attributes)", A09,
+           "FlashAttention", '''
+import torch
+
+
+class FlashAttention(torch.autograd.Function):
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal=False):
+        o, M = flash_attention_forward(q, k, v, causal=causal)
+        ctx.save_for_backward(q, k, v, o, M)
+        ctx.causal = causal
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, M = ctx.saved_tensors
+        dq, dk, dv = flash_attention_backward(q, k, v, o, M, do.contiguous(), causal=ctx.causal)
+        return dq, dk, dv, None
+'''),
+    Pasted("Triton fused-attention tutorial's backward return, kept with its sm_scale's None (autograd takes extra Nones)",
+           A09, "FlashAttention", '''
+import torch
+
+
+class FlashAttention(torch.autograd.Function):
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal=False):
+        o, M = flash_attention_forward(q, k, v, causal=causal)
+        ctx.save_for_backward(q, k, v, o, M)
+        ctx.causal = causal
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, M = ctx.saved_tensors
+        dq, dk, dv = flash_attention_backward(q, k, v, o, M, do, causal=ctx.causal)
+        return dq, dk, dv, None, None
+'''),
+]
+
+
+PASTED: list[Pasted] = [*_01, *_02, *_03, *_04, *_05, *_06, *_07, *_08, *_09]

@@ -406,6 +406,9 @@ def _methods_call_helpers(blocks: list[Block]) -> list[Block]:
 
 # Exercises whose answers compute gradients (05's gate_gradient): no_grad and inference_mode would change them.
 NEEDS_AUTOGRAD = frozenset({"gate_gradient"})
+# Exercises whose outputs autograd keeps (09's FlashAttention, and the forward pass whose o and lse it saves for
+# its backward): tensors made under inference_mode cannot be saved, so that decorator breaks the code for real.
+SAVED_FOR_BACKWARD = frozenset({"flash_attention_forward", "FlashAttention"})
 
 PRESENTATIONS: dict[str, Callable[[list[Block]], list[Block]]] = {
     "as written": lambda blocks: blocks,
@@ -420,7 +423,7 @@ PRESENTATIONS: dict[str, Callable[[list[Block]], list[Block]]] = {
     "helpers in cells after their caller": _callers_first,
     "a stub left above, defined again below": _defined_twice,
     "@torch.no_grad()": _decorated("torch.no_grad()", skip=NEEDS_AUTOGRAD),
-    "@torch.inference_mode()": _decorated("torch.inference_mode()", skip=NEEDS_AUTOGRAD),
+    "@torch.inference_mode()": _decorated("torch.inference_mode()", skip=NEEDS_AUTOGRAD | SAVED_FOR_BACKWARD),
     "a functools.wraps decorator of the student's own": _own_decorator,
     "einsum for @": _einsum,
     "methods call module-level helpers": _methods_call_helpers,

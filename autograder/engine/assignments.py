@@ -17,6 +17,9 @@ from autograder.engine.checks import (
     causal_mask,
     chunked_gated_delta_rule,
     delta_rule,
+    flash_attention_backward,
+    flash_attention_forward,
+    flash_attention_function,
     forward_absorbed,
     gate_gradient,
     gated_delta_rule,
@@ -105,6 +108,8 @@ RECORDS: dict[str, Assignment] = {a.name: a for a in (
         causal_conv1d.EXERCISE,
         qwen35_gated_deltanet.EXERCISE,
     )),
+    Assignment("09_flash_attention", (flash_attention_forward.EXERCISE, flash_attention_backward.EXERCISE,
+                                      flash_attention_function.EXERCISE)),
 )}
 
 # Assignment -> its exercises, what most graders and tools look up.

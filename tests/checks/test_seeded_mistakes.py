@@ -78,6 +78,11 @@ RAISES = {
     ("MultiHeadLatentAttention", "每个头各有一个 rope key"),  # kv_a_proj_with_mqa too wide: the weights do not load
     ("chunked_gated_delta_rule", "没有按块计算"),  # a state per position: stopped before it is done
     ("Qwen35GatedDeltaNet", "输出 norm 的 weight 没有从 1 开始"),  # a fresh norm of the layer's class is looked at
+    ("flash_attention_forward", "没有跳过"),  # stopped at the first tile more than the causal rule leaves
+    ("flash_attention_forward", "比一块 [block_q, block_k] 更大"),  # a table of every key at once
+    ("flash_attention_backward", "没有跳过"),
+    ("FlashAttention", "梯度个数"),  # autograd refuses the backward's answer
+    ("FlashAttention", "更大的表"),  # its backward stopped at the whole table
 }
 
 

@@ -871,3 +871,132 @@ def _p08():
 
 
 _p08()
+
+
+# ---------------------------------------------------------------- 09
+def _p09():
+    # (Tq, Tk, causal, block_q, block_k, dtype): Tq > Tk leaves rows that see no key; lengths not multiples of tiles.
+    layouts = [(37, 37, False, 16, 8, torch.float32), (40, 40, True, 16, 16, torch.float32),
+               (20, 45, True, 8, 16, torch.float32), (30, 12, True, 8, 8, torch.float32),
+               (11, 23, True, 4, 5, torch.float64), (1, 19, True, 4, 8, torch.float32)]
+
+    def inputs(q_len, k_len, dtype, seed):
+        return (randn(2, 3, q_len, 6, seed=seed, dtype=dtype), randn(2, 3, k_len, 6, seed=seed + 1, dtype=dtype),
+                randn(2, 3, k_len, 5, seed=seed + 2, dtype=dtype))
+
+    def forward(ns):
+        f = ns["flash_attention_forward"]
+        return [f(*inputs(q_len, k_len, dtype, n), causal, block_q, block_k)
+                for n, (q_len, k_len, causal, block_q, block_k, dtype) in enumerate(layouts)]
+
+    def backward(ns):
+        f, out = ns["flash_attention_backward"], []
+        for n, (q_len, k_len, causal, block_q, block_k, dtype) in enumerate(layouts):
+            q, k, v = inputs(q_len, k_len, torch.float64, 10 + n)
+            scores = q @ k.mT / math.sqrt(q.shape[-1])
+            if causal:
+                scores = scores.masked_fill(torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len).logical_not(),
+                                            float("-inf"))
+            lse = torch.logsumexp(scores, dim=-1)
+            o = (torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v)
+            do = randn(2, 3, q_len, 5, seed=30 + n, dtype=torch.float64)
+            out.append(f(*(t.to(dtype) for t in (q, k, v, o, lse, do)), causal, block_q, block_k))
+        return out
+
+    def function(ns):
+        cls, out = ns["FlashAttention"], []
+        for n, (q_len, k_len, causal) in enumerate([(37, 37, False), (40, 40, True), (30, 12, True), (20, 45, True)]):
+            q, k, v = (t.requires_grad_(True) for t in inputs(q_len, k_len, torch.float64, 50 + n))
+            o = cls.apply(q, k, v, causal)
+            o.backward(randn(*o.shape, seed=60 + n, dtype=torch.float64))
+            out += [o.detach(), q.grad, k.grad, v.grad]
+        return out
+
+    from torch.overrides import TorchFunctionMode
+
+    class Tiles(TorchFunctionMode):
+        """Raises at a matrix product whose result is a table (last two dims both lengths or tile lengths of the
+        probe's queries and keys, ``sizes``) larger than one ``tile``, or once there are more such tables than
+        ``limit``: the skipped tiles make none."""
+        def __init__(self, sizes, tile, limit):
+            super().__init__()
+            self.sizes, self.tile, self.limit, self.made = sizes, tile, limit, 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            if func in (torch.matmul, torch.Tensor.__matmul__, torch.einsum, torch.bmm, torch.Tensor.matmul) \
+                    and isinstance(result, torch.Tensor) and result.dim() >= 2 and set(result.shape[-2:]) <= self.sizes:
+                if result.shape[-2] * result.shape[-1] > self.tile:
+                    raise RuntimeError(f"a table of {list(result.shape[-2:])}")
+                self.made += 1
+                if self.made > self.limit:
+                    raise RuntimeError("more tables than tiles to compute")
+            return result
+
+    def untouched(inputs, copies):
+        if not all(torch.equal(a, b) for a, b in zip(inputs, copies)):
+            raise RuntimeError("an input was changed in place")
+
+    # Tq = 39 and Tk = 31 in tiles of 8 and 4: no batch (1), head (2), head dim (6, 5) equals a length or a tile's.
+    # Causal: query tiles 0..4 see 0, 1, 3, 5 and 7 of the 8 key tiles (16 of 40); 2 tables a tile (3 in the
+# backward pass, which also makes dP), and 2 spare.
+    sizes, tile, needed = {39, 8, 7, 31, 4, 3}, 32, {False: 40, True: 16}
+
+    def small(seed):
+        return [randn(1, 2, length, dim, seed=seed + n) for n, (length, dim) in enumerate([(39, 6), (31, 6), (31, 5)])]
+
+    def structure(ns, name, backward):
+        """Each layout's output under ``Tiles``, the inputs left as they were."""
+        out = []
+        for causal in (False, True):
+            args = small(70)
+            if backward:
+                q, k, v = args
+                scores = q @ k.mT / math.sqrt(6)
+                if causal:
+                    scores = scores.masked_fill(torch.ones(39, 31, dtype=torch.bool).tril(-8).logical_not(), float("-inf"))
+                args += [torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v, torch.logsumexp(scores, dim=-1),
+                         randn(1, 2, 39, 5, seed=80)]
+            copies = [t.clone() for t in args]
+            with Tiles(sizes, tile, (3 if backward else 2) * needed[causal] + 2):
+                out.append(ns[name](*args, causal, 8, 4))
+            untouched(args, copies)
+        return out
+
+    def watched(cls, sizes, tile, forward_limit, backward_limit):
+        """``cls`` with its forward and its backward each under ``Tiles`` (autograd runs the backward outside any
+        mode the caller entered)."""
+        def forward(ctx, *args):
+            with Tiles(sizes, tile, forward_limit):
+                return cls.forward(ctx, *args)
+
+        def backward(ctx, *grads):
+            with Tiles(sizes, tile, backward_limit):
+                return cls.backward(ctx, *grads)
+
+        return type(cls.__name__, (cls,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+
+    def function_structure(ns):
+        """FlashAttention forward and backward on the default 16 × 16 tiles, each under ``Tiles``."""
+        out = []
+        # Tq = 100, Tk = 31: the first 69 queries see no key; of the 7 × 2 tiles of 16, causal leaves 5.
+        for causal, counted in ((False, 14), (True, 5)):
+            q = randn(1, 2, 100, 6, seed=95, dtype=torch.float64)
+            k, v = randn(1, 2, 31, 6, seed=96, dtype=torch.float64), randn(1, 2, 31, 5, seed=97, dtype=torch.float64)
+            leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+            do = randn(1, 2, 100, 5, seed=98, dtype=torch.float64)
+            copy = do.clone()
+            o = watched(ns["FlashAttention"], {100, 16, 4, 31, 15}, 256, 2 * counted + 2, 3 * counted + 2).apply(
+                *leaves, causal)
+            o.backward(do)
+            untouched([do], [copy])
+            out += [o.detach(), *(leaf.grad for leaf in leaves)]
+        return out
+
+    PROBES["09_flash_attention"] = {
+        "flash_attention_forward": [forward, lambda ns: structure(ns, "flash_attention_forward", False)],
+        "flash_attention_backward": [backward, lambda ns: structure(ns, "flash_attention_backward", True)],
+        "FlashAttention": [function, function_structure]}
+
+
+_p09()

@@ -18,9 +18,9 @@ Each module ``aNN`` has:
 ``ALL`` holds them in the order of the assignments; the seeded-mistake tests (``tests/checks/test_seeded_mistakes.py``) and
 the metamorphic tier grade every one.
 """
-from tests.students import a01, a02, a03, a04, a05, a06, a07, a08
+from tests.students import a01, a02, a03, a04, a05, a06, a07, a08, a09
 
-ALL = (a01, a02, a03, a04, a05, a06, a07, a08)
+ALL = (a01, a02, a03, a04, a05, a06, a07, a08, a09)
 BY_ASSIGNMENT = {module.ASSIGNMENT: module for module in ALL}
 
-__all__ = ["ALL", "BY_ASSIGNMENT", "a01", "a02", "a03", "a04", "a05", "a06", "a07", "a08"]
+__all__ = ["ALL", "BY_ASSIGNMENT", "a01", "a02", "a03", "a04", "a05", "a06", "a07", "a08", "a09"]

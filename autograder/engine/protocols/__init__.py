@@ -12,9 +12,11 @@ raised it).
 
 The families: ``case`` (the case, the plain call, building a module, finding a neighbour), ``modules`` (modules
 run whole or decoded through a cache), ``generation`` (07's loops in the real model), ``watches`` (how the code
-computes: block by block, chunk by chunk), ``recurrent`` (08's rules, conv and layer, continued from a state).
+computes: block by block, chunk by chunk, tile by tile), ``recurrent`` (08's rules, conv and layer, continued from a
+state), ``autograd`` (09's ``torch.autograd.Function``, run forward and backward).
 """
-from autograder.engine.protocols import case, generation, modules, recurrent, watches
+from autograder.engine.protocols import autograd, case, generation, modules, recurrent, watches
+from autograder.engine.protocols.autograd import call_autograd
 from autograder.engine.protocols.case import STUDENT_MODULE, Case, build, call_function, map_tensors, neighbour, pair
 from autograder.engine.protocols.generation import GLOBAL_SEED_OFFSET, call_generate, call_sample_generate, real_model
 from autograder.engine.protocols.modules import (
@@ -34,18 +36,26 @@ from autograder.engine.protocols.recurrent import (
     call_rule,
     kept_state,
 )
-from autograder.engine.protocols.watches import PerPosition, WholeScores, call_blockwise, call_chunkwise
+from autograder.engine.protocols.watches import (
+    PerPosition,
+    TilesNotSkipped,
+    TileTooLarge,
+    WholeScores,
+    call_blockwise,
+    call_chunkwise,
+    call_tiled,
+)
 
 __all__ = ["DELTANET_STAGES", "FILES", "GLOBAL_SEED_OFFSET", "HANDED", "LAYER_STAGES", "PROTOCOLS", "PULLED", "STUDENT_MODULE", "Case", "PerPosition",
-           "WholeScores", "build", "call_absorbed_decoder", "call_blockwise", "call_cache", "call_chunkwise", "call_conv",
+           "TileTooLarge", "TilesNotSkipped", "WholeScores", "build", "call_absorbed_decoder", "call_autograd", "call_blockwise", "call_cache", "call_chunkwise", "call_conv",
            "call_decoder", "call_function", "call_generate", "call_latent_decoder", "call_layer", "call_module",
-           "call_norm", "call_recurrent_decoder", "call_rule", "call_sample_generate", "kept_state", "map_tensors",
+           "call_norm", "call_recurrent_decoder", "call_rule", "call_sample_generate", "call_tiled", "kept_state", "map_tensors",
            "neighbour", "pair", "real_model"]
 
 PROTOCOLS = {fn.__name__: fn for fn in (call_function, call_blockwise, call_module, call_decoder, call_latent_decoder,
                                          call_absorbed_decoder, call_generate, call_sample_generate, call_cache, call_norm,
                                          call_layer, call_rule, call_chunkwise, call_conv,
-                                         call_recurrent_decoder)}
+                                         call_recurrent_decoder, call_tiled, call_autograd)}
 
 # The student's own classes that a protocol hands to the code under test, whatever that code names: the cache
 # a decoder is given, the attention in every layer of the real model.
@@ -73,4 +83,4 @@ HANDED = {
 }
 
 # The source files of the protocols' code: a ``GraderProblem`` raised on a line of one of them is the grader's.
-FILES = frozenset(module.__file__ for module in (case, generation, modules, recurrent, watches))
+FILES = frozenset(module.__file__ for module in (autograd, case, generation, modules, recurrent, watches))

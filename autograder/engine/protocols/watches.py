@@ -103,3 +103,79 @@ class _StateWatch(torch.overrides.TorchFunctionMode):
                                   f"{self.length}、chunk_size = {self.chunk_size} 只有 {self.chunks} 块：按块计算时，每块只更新"
                                   "一次状态（块内用矩阵乘法一次算完），不会每个位置都更新一次。")
         return result
+
+
+def call_tiled(fn, case: Case):
+    """``fn(q, k, v, ..., causal=False, block_q=16, block_k=16)`` (09's two passes), stopped at the first matrix
+    product that gives a table of scores larger than one ``[block_q, block_k]`` tile (``TileTooLarge``), or once
+    it has made more tiles than the causal rule leaves to compute (``TilesNotSkipped``). Watched only where the
+    shapes are unambiguous (``_TileWatch.sound``)."""
+    q, k, v = case.args[:3]
+    settings = {"causal": False, "block_q": 16, "block_k": 16, **case.kwargs}
+    backward = len(case.args) > 3  # (q, k, v, o, lse, do): it makes dP beside each S
+    watch = _TileWatch(q, k, v, settings["causal"], settings["block_q"], settings["block_k"], 3 if backward else 2)
+    if not watch.sound:
+        return fn(*case.args, **case.kwargs)
+    with watch:
+        return fn(*case.args, **case.kwargs)
+
+
+class TileTooLarge(RuntimeError):
+    """Raised in the student's code at the matrix product that gives a table larger than one score tile."""
+
+
+class TilesNotSkipped(RuntimeError):
+    """Raised in the student's code once it has made more score tiles than the causal rule leaves to compute."""
+
+
+class _TileWatch(torch.overrides.TorchFunctionMode):
+    """Watches the matrix products of FlashAttention's passes. A product whose last two dims are a number of
+    queries and a number of keys (the whole lengths, or the lengths of their tiles), either way round, is a table
+    of scores (S, or dP = dO Vᵀ in the backward pass): it may be no larger than one tile, and there may be no more
+    than ``per_tile`` of them for each tile that the causal rule leaves to compute, so that the tiles wholly above
+    the diagonal are skipped. ``per_tile``: S once, and once more for code that multiplies it out twice (2); the
+    backward pass also makes dP (3)."""
+
+    SPARE = 2
+
+    def __init__(self, q, k, v, causal: bool, block_q: int, block_k: int, per_tile: int):
+        super().__init__()
+        q_len, k_len = q.shape[-2], k.shape[-2]
+        self.block_q, self.block_k = block_q, block_k
+        self.q_sizes, self.k_sizes = _tile_lengths(q_len, block_q), _tile_lengths(k_len, block_k)
+        others = {*q.shape[:-2], q.shape[-1], v.shape[-1], 1}
+        self.sound = not others & (self.q_sizes | self.k_sizes)
+        offset = k_len - q_len
+        self.needed = sum(1 for q_start in range(0, q_len, block_q) for k_start in range(0, k_len, block_k)
+                          if not causal or k_start <= offset + min(q_start + block_q, q_len) - 1)
+        self.causal, self.per_tile = causal, per_tile
+        self.limit, self.made = per_tile * self.needed + self.SPARE, 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if func in _PRODUCTS and isinstance(result, torch.Tensor) and result.is_floating_point() and result.dim() >= 2:
+            self._check(tuple(result.shape))
+        return result
+
+    def _check(self, shape: tuple[int, ...]):
+        rows, cols = shape[-2:]
+        queries_first = rows in self.q_sizes and cols in self.k_sizes
+        keys_first = rows in self.k_sizes and cols in self.q_sizes
+        if not (queries_first or keys_first):
+            return
+        if not ((queries_first and rows <= self.block_q and cols <= self.block_k)
+                or (keys_first and rows <= self.block_k and cols <= self.block_q)):
+            raise TileTooLarge(f"这一步的矩阵乘法得到了形状 {list(shape)} 的表（query 数 × key 数），比一块 [block_q, block_k] = "
+                               f"[{self.block_q}, {self.block_k}] 大。FlashAttention 每次只持有一块分数：query 按 block_q、"
+                               "key 按 block_k 切开，一块一块地算。")
+        self.made += 1
+        if self.made > self.limit:
+            why = ("causal=True 时，一块 key 的第一个位置在这一块 query 的最后一个位置（Tk − Tq + q_end − 1）之后，整块都被遮住："
+                   "跳过它，不要算完再 mask。" if self.causal else "每一块的分数只需要乘出一次（反向传播里再加一次 dP）。")
+            raise TilesNotSkipped(f"到这一步，矩阵乘法已经得到了 {self.made} 张块大小的表（query 数 × key 数），可这个例子只有 "
+                                  f"{self.needed} 块要算，每块最多 {self.per_tile} 张（另有 {self.SPARE} 张余量）。{why}")
+
+
+def _tile_lengths(length: int, block: int) -> set[int]:
+    """The whole ``length`` and the lengths of its tiles of ``block``."""
+    return {length, min(block, length), length % block or min(block, length)}
