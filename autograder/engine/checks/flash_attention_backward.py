@@ -6,8 +6,8 @@ import math
 import torch
 
 from autograder.engine.checks.flash_attention_forward import (
-    NOT_SKIPPED,
     DIAGONAL,
+    NOT_SKIPPED,
     NOT_SKIPPED_NAME,
     POSITION,
     SKIP,
