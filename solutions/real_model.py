@@ -152,3 +152,23 @@ def min_p_filter(probs: torch.Tensor, min_p: float) -> torch.Tensor:
         raise ValueError(f"min_p must be in [0, 1], got {min_p}")
     kept = probs.masked_fill(probs < min_p * probs.amax(dim=-1, keepdim=True), 0.0)
     return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def beam_search(next_log_probs, input_ids: torch.Tensor, num_beams: int, max_new_tokens: int):
+    """Beam search without an end token: ``next_log_probs(ids [N, L]) -> [N, V]`` gives the log-probabilities of the
+    next token after each of N sequences; ``input_ids [T]`` is one prompt. At each step every live beam is extended
+    by every token, a candidate scored by its beam's score plus the token's log-probability, and the ``num_beams``
+    best candidates over all beams are kept (the first step expands the prompt alone, so no two beams are the same).
+    Returns ``(tokens [num_beams, max_new_tokens] int64, scores [num_beams])``: each beam's new tokens and the sum of
+    their log-probabilities, best first."""
+    beams = input_ids.reshape(1, -1)
+    scores = None
+    new = torch.empty(1, 0, dtype=torch.int64)
+    for _ in range(max_new_tokens):
+        log_probs = next_log_probs(beams)
+        candidates = log_probs if scores is None else scores[:, None] + log_probs  # [beams, V]
+        scores, flat = candidates.flatten().topk(num_beams)
+        parent, token = flat // log_probs.shape[-1], flat % log_probs.shape[-1]
+        beams = torch.cat([beams[parent], token[:, None]], dim=-1)
+        new = torch.cat([new[parent], token[:, None]], dim=-1)
+    return new, scores

@@ -2200,6 +2200,55 @@ def min_p_filter(probs, min_p):
     probs = probs.masked_fill(tokens_to_remove, 0.0)
     return probs / probs.sum(dim=-1, keepdim=True)
 '''),
+    Pasted("transformers' beam search (beam_scores initialised to 0 and -1e9 for the copies, next_token_scores + "
+           "beam_scores, view(num_beams * vocab), topk of 2 * num_beams, beam_indices by floor division)", A07,
+           "beam_search", '''
+import torch
+
+
+def beam_search(next_log_probs, input_ids, num_beams, max_new_tokens):
+    # every beam starts as the prompt; all but the first are pushed down so that the first step expands one beam
+    input_ids = input_ids.unsqueeze(0).repeat(num_beams, 1)
+    beam_scores = torch.zeros(num_beams, dtype=torch.float64)
+    beam_scores[1:] = -1e9
+    generated = input_ids.new_zeros(num_beams, 0)
+    for _ in range(max_new_tokens):
+        next_token_scores = next_log_probs(input_ids)
+        vocab_size = next_token_scores.shape[-1]
+        next_token_scores = next_token_scores + beam_scores[:, None].to(next_token_scores.dtype)
+        next_token_scores, next_tokens = torch.topk(next_token_scores.view(num_beams * vocab_size),
+                                                    min(2 * num_beams, num_beams * vocab_size), largest=True, sorted=True)
+        next_indices = torch.div(next_tokens, vocab_size, rounding_mode="floor")
+        next_tokens = next_tokens % vocab_size
+        # no end-of-sequence token: the first num_beams candidates carry on
+        beam_scores = next_token_scores[:num_beams]
+        beam_idx, beam_next = next_indices[:num_beams], next_tokens[:num_beams]
+        input_ids = torch.cat([input_ids[beam_idx, :], beam_next.unsqueeze(-1)], dim=-1)
+        generated = torch.cat([generated[beam_idx, :], beam_next.unsqueeze(-1)], dim=-1)
+    return generated, beam_scores
+'''),
+    Pasted("transformers' beam search started from num_beams copies of the prompt with equal scores (all zeros, "
+           "without the -1e9 of the copies): the first step fills every beam with the same best token", A07,
+           "beam_search", '''
+import torch
+
+
+def beam_search(next_log_probs, input_ids, num_beams, max_new_tokens):
+    input_ids = input_ids.unsqueeze(0).repeat(num_beams, 1)
+    beam_scores = torch.zeros(num_beams, dtype=torch.float64)
+    generated = input_ids.new_zeros(num_beams, 0)
+    for _ in range(max_new_tokens):
+        next_token_scores = next_log_probs(input_ids)
+        vocab_size = next_token_scores.shape[-1]
+        next_token_scores = next_token_scores + beam_scores[:, None].to(next_token_scores.dtype)
+        next_token_scores, next_tokens = torch.topk(next_token_scores.view(num_beams * vocab_size), num_beams)
+        next_indices = torch.div(next_tokens, vocab_size, rounding_mode="floor")
+        next_tokens = next_tokens % vocab_size
+        beam_scores = next_token_scores
+        input_ids = torch.cat([input_ids[next_indices, :], next_tokens.unsqueeze(-1)], dim=-1)
+        generated = torch.cat([generated[next_indices, :], next_tokens.unsqueeze(-1)], dim=-1)
+    return generated, beam_scores
+''', fails=("beam_search",)),
 ]
 
 

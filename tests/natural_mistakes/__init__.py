@@ -12,7 +12,8 @@ The modules ``fNN`` are a later writer's set of the same form, for the newest ex
 older ones, written from the notebooks alone after the graders had been told the earlier sets' mistakes; where an
 ``fNN`` module leaves out a definition its notebook needs, it takes ``aNN``'s.
 
-``g07`` and ``h07`` are two more writers', for 07's ``apply_penalties`` and ``min_p_filter``, added after the others.
+``g07``, ``h07`` and ``i07`` are three more writers', for 07's ``apply_penalties``, ``min_p_filter`` and ``beam_search``,
+added after the others.
 ``a09`` and ``f09`` are two writers' sets for 09, each written without the other's.
 
 Conventions:
@@ -27,10 +28,10 @@ Conventions:
 - ``python -m tests.natural_mistakes.verify`` checks every entry against ``CORRECT`` on probes of our own
   (``probes.py``) and never grades a mistake; ``--grade-correct`` grades the correct sources only.
 """
-from . import a01, a02, a03, a04, a05, a06, a07, a08, a09, f01, f02, f03, f05, f07, f08, f09, g07, h07
+from . import a01, a02, a03, a04, a05, a06, a07, a08, a09, f01, f02, f03, f05, f07, f08, f09, g07, h07, i07
 from .entry import KINDS, Entry, patch
 
-ASSIGNMENTS = (a01, a02, a03, a04, a05, a06, a07, a08, a09, f01, f02, f03, f05, f07, f08, f09, g07, h07)
+ASSIGNMENTS = (a01, a02, a03, a04, a05, a06, a07, a08, a09, f01, f02, f03, f05, f07, f08, f09, g07, h07, i07)
 
 
 def definitions(module, entry: Entry | None = None) -> dict[str, str]:

@@ -133,12 +133,29 @@ MIN_P_FILTER = '''def min_p_filter(probs: torch.Tensor, min_p: float) -> torch.T
     return kept / kept.sum(dim=-1, keepdim=True)
 '''
 
+# beam_search too, by the writer of i07.
+BEAM_SEARCH = '''def beam_search(next_log_probs, input_ids, num_beams, max_new_tokens):
+    """Beam search without an end token; returns (tokens [num_beams, max_new_tokens] int64, scores [num_beams])."""
+    beams = input_ids[None]                              # [1, T]: the first step expands the prompt alone
+    for step in range(max_new_tokens):
+        log_probs = next_log_probs(beams)                # [n, V]
+        vocab = log_probs.shape[-1]
+        if step == 0:
+            candidates = log_probs                       # one beam, score 0
+        else:
+            candidates = scores[:, None] + log_probs     # [num_beams, V]
+        scores, flat = candidates.flatten().topk(num_beams)
+        parent, token = flat // vocab, flat % vocab
+        beams = torch.cat([beams[parent], token[:, None]], dim=-1)
+    return beams[:, input_ids.shape[0]:], scores
+'''
+
 CORRECT = {**a01.CORRECT, "split_heads": a02.SPLIT_HEADS, "merge_heads": a02.MERGE_HEADS,
            "KVCache": a03.KVCACHE, "repeat_kv": a03.REPEAT_KV, "rope_cos_sin": a04.ROPE_COS_SIN,
            "rotate_half": a04.ROTATE_HALF, "apply_rope": a04.APPLY_ROPE,
            "LlamaAttention": LLAMA, "greedy_generate": GREEDY,
            "sampling_probs": SAMPLING_PROBS, "sample_generate": SAMPLE, "apply_penalties": APPLY_PENALTIES,
-           "min_p_filter": MIN_P_FILTER}
+           "min_p_filter": MIN_P_FILTER, "beam_search": BEAM_SEARCH}
 
 L, GG, SP, SG = "LlamaAttention", "greedy_generate", "sampling_probs", "sample_generate"
 

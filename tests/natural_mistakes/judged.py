@@ -672,7 +672,23 @@ JUDGED = {
     'f09-fn-saves-causal-as-tensor': ('named', 'Names causal in save_for_backward; suggests ctx.causal instead.'),
     'f09-double-mask-offset-both': ('named', 'Both forward and backward named with the missing-offset diagnosis; FlashAttention names both dependencies.'),
     'f09-double-unseen-rows-nan': ('named', 'Forward −inf shift NaN and backward lse=−inf NaN each named exactly.'),
-    'f09-double-dk-scale-and-missing-none': ('named', 'Names dk missing 1/√D and the missing None grad; also notes the dependency.')
+    'f09-double-dk-scale-and-missing-none': ('named', 'Names dk missing 1/√D and the missing None grad; also notes the dependency.'),
+    'i07-beam-first-step-repeated-prompt': ('named', 'Names num_beams identical prompts giving duplicate beams; fix (expand prompt alone) correct; [0,0] 2 vs 1 verified.'),
+    'i07-beam-scores-not-accumulated': ('named', "States parent score not added, only this step's log-prob compared; -0.105361 vs -1.02165 verified."),
+    'i07-beam-history-not-reordered': ('named', 'States token appended to same-row beam instead of beams[parent]; tokens diff verified.'),
+    'i07-beam-scores-not-reordered': ('named', 'States score added to same-row beam, not scores[parent]; -0.798508 verified.'),
+    'i07-beam-returns-prompt': ('named', "Shape [2,4] vs [2,2] and 'returned tokens include the prompt' is exact."),
+    'i07-beam-multiplies-log-probs': ('named', 'Says log-probs multiplied instead of added; diff at [0,1] 3 vs 0 verified.'),
+    'i07-beam-greedy-per-beam': ('named', 'Says each beam only took its own best token (parallel greedy); gives flatten().topk fix.'),
+    'i07-beam-ascending-order': ('named', 'Says beams not sorted high-to-low, best must be row 0; matches argsort-ascending effect.'),
+    'i07-beam-one-step-too-many': ('named', "Shape [2,3] and 'generated one step too many' exact; loop-count wording slightly ambiguous."),
+    'i07-beam-scores-float32-init': ('named', 'Names torch.zeros(1) float32 init promoting bfloat16 scores; suggests new_zeros; verified promotion.'),
+    'i07-beam-model-sees-last-token-only': ('named', 'Says only last token passed to next_log_probs; pass beams, not beams[:, -1:].'),
+    'i07-beam-true-division-parent': ('named', 'At beams[parent] line explains float index from `/`, use `//`: exactly the bug.'),
+    'i07-beam-parent-token-swapped': ('clue', 'Only explains out-of-bounds parent index at beams[parent] line; swap of %/// not named.'),
+    'i07-beam-cat-without-parent': ('clue', 'Explains row mismatch at the cat line (beams has 1 row); beams[parent] not named.'),
+    'i07-beam-repeated-prompt-and-returns-prompt': ('named', 'Both mistakes named correctly: repeated prompt copies and prompt included in output.'),
+    'i07-beam-no-reorder-and-one-step-too-many': ('named', 'Both named: token not appended to parent beam, and one extra step.')
 }
 
 # The names the messages gave when they were judged (benchmarks/feedback_naming.py --write-names).
@@ -1182,5 +1198,18 @@ NAMES = {
     'f09-fn-saves-causal-as-tensor': {'FlashAttention': 'causal 放进了 save_for_backward'},
     'f09-double-mask-offset-both': {'flash_attention_forward': 'causal 时把 query i 放在了位置 i（忘了 Tk − Tq 的偏移）', 'flash_attention_backward': 'causal 时把 query i 放在了位置 i（忘了 Tk − Tq 的偏移）', 'FlashAttention': '用到的 flash_attention_forward、flash_attention_backward 还没通过它自己的检查'},
     'f09-double-unseen-rows-nan': {'flash_attention_forward': 'running max 还是 −inf 时直接拿它平移：exp(−inf − (−inf)) 是 NaN', 'flash_attention_backward': '看不见任何 key 的行（lse = −inf）得到了 NaN', 'FlashAttention': '用到的 flash_attention_forward、flash_attention_backward 还没通过它自己的检查'},
-    'f09-double-dk-scale-and-missing-none': {'flash_attention_backward': 'dk 没有乘 1/√D', 'FlashAttention': 'backward 返回的梯度个数和 forward 的参数对不上'}
+    'f09-double-dk-scale-and-missing-none': {'flash_attention_backward': 'dk 没有乘 1/√D', 'FlashAttention': 'backward 返回的梯度个数和 forward 的参数对不上'},
+    'i07-beam-first-step-repeated-prompt': {'beam_search': '一开始就有 num_beams 个一样的提示词（第一步选出了重复的 beam）'},
+    'i07-beam-scores-not-accumulated': {'beam_search': '候选的分数没有加上 beam 已有的分数（只比了这一步的 log 概率）'},
+    'i07-beam-history-not-reordered': {'beam_search': '新 token 接在了同一行的 beam 后面，没有接在它的父 beam 后面'},
+    'i07-beam-scores-not-reordered': {'beam_search': '新的分数加在了同一行的 beam 上，不是父 beam 的分数'},
+    'i07-beam-returns-prompt': {'beam_search': '返回的 token 里带着提示词'},
+    'i07-beam-multiplies-log-probs': {'beam_search': 'log 概率相乘了（应该相加）'},
+    'i07-beam-greedy-per-beam': {'beam_search': '每个 beam 只接了它自己最好的一个 token（成了几条并行的贪心）'},
+    'i07-beam-ascending-order': {'beam_search': 'beam 没有按分数从高到低排'},
+    'i07-beam-one-step-too-many': {'beam_search': '多生成了一步'},
+    'i07-beam-scores-float32-init': {'beam_search': 'scores 的 dtype 不是 next_log_probs 输出的 dtype'},
+    'i07-beam-model-sees-last-token-only': {'beam_search': '只把最后一个 token 交给了 next_log_probs'},
+    'i07-beam-repeated-prompt-and-returns-prompt': {'beam_search': '一开始就有 num_beams 个一样的提示词（第一步选出了重复的 beam）；返回的 token 里带着提示词'},
+    'i07-beam-no-reorder-and-one-step-too-many': {'beam_search': '新 token 接在了同一行的 beam 后面，没有接在它的父 beam 后面；多生成了一步'}
 }

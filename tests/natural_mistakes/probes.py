@@ -710,12 +710,33 @@ def _p07():
         f(rows, 0.3)
         return out + [rows]
 
+    # beam_search: toy models whose next token depends on the last two; one, a few and as many beams as tokens
+    def beam_tables(ns):
+        f, out = ns["beam_search"], []
+        for n, (vocab, beams, steps, dtype) in enumerate([(6, 3, 4, torch.float32), (5, 1, 3, torch.float32),
+                                                          (4, 4, 3, torch.float64), (7, 2, 1, torch.float32),
+                                                          (6, 3, 7, torch.float32), (5, 2, 3, BF16)]):
+            table = (torch.randn(vocab, vocab, vocab, generator=torch.Generator().manual_seed(40 + n)) * 2).log_softmax(-1)
+            table = table.to(dtype)
+            prompt = torch.tensor([1, 2, 0])[:2 + n % 2]
+            copy = prompt.clone()
+            out.append(f(lambda ids, table=table: table[ids[:, -2], ids[:, -1]], prompt, beams, steps))
+            out.append(torch.equal(prompt, copy))
+        return out
+
+    def beam_hand(ns):
+        after_last = torch.tensor([[0.05, 0.5, 0.4, 0.05], [0.3, 0.25, 0.05, 0.4],
+                                   [0.02, 0.03, 0.05, 0.9], [0.25, 0.25, 0.3, 0.2]]).log()
+        return [ns["beam_search"](lambda ids: after_last[ids[:, -1]], torch.tensor([3, 0]), beams, steps)
+                for beams, steps in ((2, 2), (1, 2), (3, 3))]
+
     PROBES["07_real_model"] = {"LlamaAttention": [llama], "greedy_generate": [greedy_tiny, greedy_real],
                                "sampling_probs": [sp_plain, sp_top_k, sp_top_k_beyond_vocab, sp_top_p, sp_combined,
                                                   sp_large_and_bf16, sp_leaves_input],
                                "sample_generate": [sg_settings, sg_generator_use, sg_batch],
                                "apply_penalties": [ap_each, ap_together, ap_dtypes_and_input],
-                               "min_p_filter": [mp_rows, mp_edges, mp_dtypes_and_input]}
+                               "min_p_filter": [mp_rows, mp_edges, mp_dtypes_and_input],
+                               "beam_search": [beam_tables, beam_hand]}
 
 
 _p07()

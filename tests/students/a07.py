@@ -169,8 +169,26 @@ def min_p_filter(probs, min_p):
     return out / out.sum(dim=-1, keepdim=True)
 '''
 
+_BEAM = '''
+def beam_search(next_log_probs, input_ids, num_beams, max_new_tokens):
+    seqs = input_ids.unsqueeze(0)
+    total = torch.zeros(1)
+    out = input_ids.new_zeros(1, 0)
+    for step in range(max_new_tokens):
+        lp = next_log_probs(seqs)
+        total = total.to(lp.dtype)
+        cand = (total.unsqueeze(1) + lp).reshape(-1)
+        order = torch.sort(cand, descending=True).indices[:num_beams]
+        src = torch.div(order, lp.size(1), rounding_mode="floor")
+        tok = order - src * lp.size(1)
+        total = cand[order]
+        seqs = torch.cat((seqs[src], tok.unsqueeze(1)), 1)
+        out = torch.cat((out[src], tok.unsqueeze(1)), 1)
+    return out, total
+'''
+
 CORRECT = {"LlamaAttention": _llama(), "greedy_generate": _GENERATE, "sampling_probs": _SAMPLING,
-           "sample_generate": _SAMPLE, "apply_penalties": _PENALTIES, "min_p_filter": _MIN_P}
+           "sample_generate": _SAMPLE, "apply_penalties": _PENALTIES, "min_p_filter": _MIN_P, "beam_search": _BEAM}
 
 _INTERLEAVED = '''
         def turn_pairs(t):
@@ -376,6 +394,17 @@ def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):
         "    counts = torch.zeros_like(logits, dtype=torch.long)\n"
         "    counts.scatter_add_(1, generated, torch.ones_like(generated))\n",
         "    counts = torch.bincount(generated.flatten(), minlength=logits.shape[-1]).expand(logits.shape[0], -1)\n")),
+    ("beam_search", "一样的提示词", _BEAM.replace("    seqs = input_ids.unsqueeze(0)\n    total = torch.zeros(1)\n"
+                                                 "    out = input_ids.new_zeros(1, 0)\n",
+                                                 "    seqs = input_ids.repeat(num_beams, 1)\n    total = torch.zeros(num_beams)\n"
+                                                 "    out = input_ids.new_zeros(num_beams, 0)\n")),
+    ("beam_search", "没有加上 beam 已有的分数", _BEAM.replace("cand = (total.unsqueeze(1) + lp).reshape(-1)", "cand = lp.reshape(-1)")),
+    ("beam_search", "没有接在它的父 beam 后面", _BEAM.replace("        seqs = torch.cat((seqs[src], tok.unsqueeze(1)), 1)",
+                                                       "        if step == 0:\n            seqs, out = seqs[src], out[src]\n"
+                                                       "        seqs = torch.cat((seqs, tok.unsqueeze(1)), 1)").replace(
+        "        out = torch.cat((out[src], tok.unsqueeze(1)), 1)", "        out = torch.cat((out, tok.unsqueeze(1)), 1)")),
+    ("beam_search", "带着提示词", _BEAM.replace("    return out, total", "    return seqs, total")),
+    ("beam_search", "概率的乘积", _BEAM.replace("    return out, total", "    return out, total.exp()")),
     ("min_p_filter", "门槛是 min_p 本身", _MIN_P.replace("keep = probs >= top * min_p", "keep = probs >= min_p")),
     ("min_p_filter", "最大概率取的是整个 batch 的", _MIN_P.replace(
         "top = probs.max(dim=-1, keepdim=True).values", "top = probs.max()")),
@@ -408,6 +437,20 @@ def sample_generate(model, input_ids, max_new_tokens, generator, attention_mask=
 
 # Other right ways to write the code, which the grader must accept too.
 OTHER_CORRECT = [
+    ("beam_search", "each beam's own top num_beams first, then the best of those", '''
+def beam_search(next_log_probs, input_ids, num_beams, max_new_tokens):
+    beams = [(0.0, input_ids.tolist(), [])]
+    for _ in range(max_new_tokens):
+        ids = torch.tensor([b[1] for b in beams])
+        lp = next_log_probs(ids)
+        pool = []
+        for (score, seq, new), row in zip(beams, lp):
+            top = row.topk(min(num_beams, row.numel()))
+            for value, token in zip(top.values.tolist(), top.indices.tolist()):
+                pool.append((score + value, seq + [token], new + [token]))
+        beams = sorted(pool, key=lambda b: b[0], reverse=True)[:num_beams]
+    return torch.tensor([b[2] for b in beams]), torch.tensor([b[0] for b in beams], dtype=lp.dtype)
+'''),
     ("greedy_generate", "one model call more than needed, at the end", '''
 def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
     caches = [KVCache() for _ in model.layers]
@@ -532,6 +575,7 @@ class LlamaAttention(nn.Module):
                        "                    presence_penalty=0.0):\n"
                        "    raise NotImplementedError()\n",
     "min_p_filter": "def min_p_filter(probs, min_p):\n    raise NotImplementedError()\n",
+    "beam_search": "def beam_search(next_log_probs, input_ids, num_beams, max_new_tokens):\n    raise NotImplementedError()\n",
 }
 
 

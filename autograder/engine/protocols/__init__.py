@@ -18,7 +18,13 @@ state), ``autograd`` (09's ``torch.autograd.Function``, run forward and backward
 from autograder.engine.protocols import autograd, case, generation, modules, recurrent, watches
 from autograder.engine.protocols.autograd import call_autograd
 from autograder.engine.protocols.case import STUDENT_MODULE, Case, build, call_function, map_tensors, neighbour, pair
-from autograder.engine.protocols.generation import GLOBAL_SEED_OFFSET, call_generate, call_sample_generate, real_model
+from autograder.engine.protocols.generation import (
+    GLOBAL_SEED_OFFSET,
+    call_beam,
+    call_generate,
+    call_sample_generate,
+    real_model,
+)
 from autograder.engine.protocols.modules import (
     LAYER_STAGES,
     call_absorbed_decoder,
@@ -47,7 +53,7 @@ from autograder.engine.protocols.watches import (
 )
 
 __all__ = ["DELTANET_STAGES", "FILES", "GLOBAL_SEED_OFFSET", "HANDED", "LAYER_STAGES", "PROTOCOLS", "PULLED", "STUDENT_MODULE", "Case", "PerPosition",
-           "TileTooLarge", "TilesNotSkipped", "WholeScores", "build", "call_absorbed_decoder", "call_autograd", "call_blockwise", "call_cache", "call_chunkwise", "call_conv",
+           "TileTooLarge", "TilesNotSkipped", "WholeScores", "build", "call_absorbed_decoder", "call_autograd", "call_beam", "call_blockwise", "call_cache", "call_chunkwise", "call_conv",
            "call_decoder", "call_function", "call_generate", "call_latent_decoder", "call_layer", "call_module",
            "call_norm", "call_recurrent_decoder", "call_rule", "call_sample_generate", "call_tiled", "kept_state", "map_tensors",
            "neighbour", "pair", "real_model"]
@@ -55,7 +61,7 @@ __all__ = ["DELTANET_STAGES", "FILES", "GLOBAL_SEED_OFFSET", "HANDED", "LAYER_ST
 PROTOCOLS = {fn.__name__: fn for fn in (call_function, call_blockwise, call_module, call_decoder, call_latent_decoder,
                                          call_absorbed_decoder, call_generate, call_sample_generate, call_cache, call_norm,
                                          call_layer, call_rule, call_chunkwise, call_conv,
-                                         call_recurrent_decoder, call_tiled, call_autograd)}
+                                         call_recurrent_decoder, call_tiled, call_autograd, call_beam)}
 
 # The student's own classes that a protocol hands to the code under test, whatever that code names: the cache
 # a decoder is given, the attention in every layer of the real model.
@@ -79,6 +85,7 @@ HANDED = {
     "call_layer": ("forward", (None, 2, 3, 4), {"attention_mask": 5}),
     "call_generate": (None, (None, 1, 2), {"attention_mask": 3}),
     "call_sample_generate": (None, (None, 1, 2, None), {"attention_mask": 3}),
+    "call_beam": (None, (None, 1, 2, 3), {}),
     "call_cache": ("update", (), {}),
 }
 

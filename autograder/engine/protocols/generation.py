@@ -121,3 +121,22 @@ def real_model(folder: str, attention) -> nn.Module:
         return llama.load_model(folder, attention)
     except OSError as e:
         raise GraderProblem(f"读不到 {folder} 里的模型权重（{type(e).__name__}: {e}）") from None
+
+
+def call_beam(fn, case: Case):
+    """``fn(next_log_probs, input_ids, num_beams, max_new_tokens)`` (beam search) on a toy language model: the case's
+    table ``[V, V, V]`` holds the log-probabilities of the next token after each pair of tokens, and
+    ``next_log_probs(ids [N, L])`` reads them for the last two tokens of each sequence."""
+    table, input_ids, num_beams, max_new_tokens = case.args
+
+    def next_log_probs(ids):
+        if not (isinstance(ids, torch.Tensor) and ids.dim() == 2 and not ids.is_floating_point()):
+            raise TypeError(f"next_log_probs 要的是 [N, L] 的整数 token id（N 个序列，一样长），得到的是 "
+                            f"{list(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__}"
+                            f"{f' 的 {ids.dtype}' if isinstance(ids, torch.Tensor) else ''}：只有一个序列时也要是 [1, L]。")
+        if ids.shape[-1] < input_ids.shape[-1]:
+            raise ValueError(f"next_log_probs 要看整条序列（提示词和已经生成的 token），得到的 ids 每条只有 {ids.shape[-1]} 个 token，"
+                             f"比提示词的 {input_ids.shape[-1]} 个还短。")
+        return table[ids[:, -2], ids[:, -1]]
+
+    return fn(next_log_probs, input_ids, num_beams, max_new_tokens)
