@@ -27,22 +27,30 @@ _PRODUCTS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.T
              torch.nn.functional.linear}
 
 
-class _BlockWatch(torch.overrides.TorchFunctionMode):
-    """Watches the matrix products of an attention: one that gives scores of ``Tq`` queries for more than
-    ``block_size`` keys (``[..., Tq, n]`` or ``[..., n, Tq]``, n > block_size; n is not D or Dv, which the
-    products with v have), or of some queries for all ``Tk`` keys (queries taken a block at a time instead),
-    means the keys were not taken a block at a time. Only products: a broadcast by mistake (a running sum
-    without keepdim) makes tables of that shape too, and is not this."""
-
-    def __init__(self, q_len: int, k_len: int, block_size: int, dims: tuple[int, ...]):
-        super().__init__()
-        self.q_len, self.k_len, self.block_size, self.dims = q_len, k_len, block_size, dims
+class _ProductWatch(torch.overrides.TorchFunctionMode):
+    """Hands the shape of every floating-point matrix product the code makes (a table, 2-D or more) to ``_check``,
+    which raises where the rule is broken. Only products: a broadcast by mistake (a running sum without keepdim)
+    makes tables of such shapes too, and is not what a watch looks for."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
         if func in _PRODUCTS and isinstance(result, torch.Tensor) and result.is_floating_point() and result.dim() >= 2:
             self._check(tuple(result.shape))
         return result
+
+    def _check(self, shape: tuple[int, ...]):
+        raise NotImplementedError
+
+
+class _BlockWatch(_ProductWatch):
+    """Watches the matrix products of an attention: one that gives scores of ``Tq`` queries for more than
+    ``block_size`` keys (``[..., Tq, n]`` or ``[..., n, Tq]``, n > block_size; n is not D or Dv, which the
+    products with v have), or of some queries for all ``Tk`` keys (queries taken a block at a time instead),
+    means the keys were not taken a block at a time."""
+
+    def __init__(self, q_len: int, k_len: int, block_size: int, dims: tuple[int, ...]):
+        super().__init__()
+        self.q_len, self.k_len, self.block_size, self.dims = q_len, k_len, block_size, dims
 
     def _check(self, shape: tuple[int, ...]):
         rows, cols = shape[-2:]
@@ -128,7 +136,7 @@ class TilesNotSkipped(RuntimeError):
     """Raised in the student's code once it has made more score tiles than the causal rule leaves to compute."""
 
 
-class _TileWatch(torch.overrides.TorchFunctionMode):
+class _TileWatch(_ProductWatch):
     """Watches the matrix products of FlashAttention's passes. A product whose last two dims are a number of
     queries and a number of keys (the whole lengths, or the lengths of their tiles), either way round, is a table
     of scores (S, or dP = dO Vᵀ in the backward pass): it may be no larger than one tile, and there may be no more
@@ -150,12 +158,6 @@ class _TileWatch(torch.overrides.TorchFunctionMode):
                           if not causal or k_start <= offset + min(q_start + block_q, q_len) - 1)
         self.causal, self.per_tile = causal, per_tile
         self.limit, self.made = per_tile * self.needed + self.SPARE, 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        if func in _PRODUCTS and isinstance(result, torch.Tensor) and result.is_floating_point() and result.dim() >= 2:
-            self._check(tuple(result.shape))
-        return result
 
     def _check(self, shape: tuple[int, ...]):
         rows, cols = shape[-2:]
