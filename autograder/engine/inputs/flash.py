@@ -1,5 +1,5 @@
 """The inputs 09's three checks share: q, k, v of given shapes, and the layouts of tiles each pass is graded on.
-Their sizes keep the tile watch sound (``protocols.watches._TileWatch``): no batch, head or head dim equals a
+Their sizes keep the tile watch sound (``protocols.watches.TileWatch``): no batch, head or head dim equals a
 length or a tile length, except in the hand case and the one-query case."""
 import torch
 

@@ -3,7 +3,7 @@ autograd, as training would, each pass under the tile watch of the function it s
 import torch
 
 from autograder.engine.protocols.case import Case
-from autograder.engine.protocols.watches import _TileWatch
+from autograder.engine.protocols.watches import TileWatch
 
 
 def call_autograd(cls, case: Case) -> tuple:
@@ -30,7 +30,7 @@ def _watched(cls, q, k, v, causal):
     """``cls`` with its forward and its backward each run under a tile watch with the default tiles (as the
     two passes it is made of are watched), where the shapes let the watch be sound. Autograd runs the backward
     outside any mode the caller entered, so the watch is entered inside it."""
-    forward_watch, backward_watch = (_TileWatch(q, k, v, causal, 16, 16, per_tile) for per_tile in (2, 3))
+    forward_watch, backward_watch = (TileWatch(q, k, v, causal, 16, 16, per_tile) for per_tile in (2, 3))
     if not forward_watch.sound:
         return cls
 

@@ -117,11 +117,11 @@ def call_tiled(fn, case: Case):
     """``fn(q, k, v, ..., causal=False, block_q=16, block_k=16)`` (09's two passes), stopped at the first matrix
     product that gives a table of scores larger than one ``[block_q, block_k]`` tile (``TileTooLarge``), or once
     it has made more tiles than the causal rule leaves to compute (``TilesNotSkipped``). Watched only where the
-    shapes are unambiguous (``_TileWatch.sound``)."""
+    shapes are unambiguous (``TileWatch.sound``)."""
     q, k, v = case.args[:3]
     settings = {"causal": False, "block_q": 16, "block_k": 16, **case.kwargs}
     backward = len(case.args) > 3  # (q, k, v, o, lse, do): it makes dP beside each S
-    watch = _TileWatch(q, k, v, settings["causal"], settings["block_q"], settings["block_k"], 3 if backward else 2)
+    watch = TileWatch(q, k, v, settings["causal"], settings["block_q"], settings["block_k"], 3 if backward else 2)
     if not watch.sound:
         return fn(*case.args, **case.kwargs)
     with watch:
@@ -136,7 +136,7 @@ class TilesNotSkipped(RuntimeError):
     """Raised in the student's code once it has made more score tiles than the causal rule leaves to compute."""
 
 
-class _TileWatch(_ProductWatch):
+class TileWatch(_ProductWatch):
     """Watches the matrix products of FlashAttention's passes. A product whose last two dims are a number of
     queries and a number of keys (the whole lengths, or the lengths of their tiles), either way round, is a table
     of scores (S, or dP = dO Vᵀ in the backward pass): it may be no larger than one tile, and there may be no more
