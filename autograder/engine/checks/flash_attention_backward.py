@@ -13,6 +13,7 @@ from autograder.engine.checks.flash_attention_forward import (
     SKIP,
     SKIP_OFFSET,
     TOO_LARGE,
+    hidden,
 )
 from autograder.engine.combined import variants
 from autograder.engine.inputs import flash
@@ -53,8 +54,7 @@ def cases() -> list[Case]:
 @variants
 def backward_variant(*, delta="rowsum", jacobian=True, scale_dq=True, scale_dk=True, scale_s=True, recompute="lse",
                      mask=True, diagonal=True, guard=True, position="end", skip_by="last", skip_offset=True,
-                     skip_with="continue",
-                     dq_add=True):
+                     skip_with="continue", dq_add=True):
     """The backward pass with one step changed: ``delta`` is D = rowsum(dO ∘ O) ("rowsum"), left out ("none"), or
     rowsum(P ∘ dP) over this key tile only ("tile"), or subtracted outside the product ("outside": dS = P ∘ dP −
     D); ``jacobian`` False takes dS = dP; ``diagonal`` False masks each query's own key too; ``scale_dq`` / ``scale_dk``
@@ -84,9 +84,8 @@ def backward_variant(*, delta="rowsum", jacobian=True, scale_dq=True, scale_dk=T
                     continue
                 scores = q_tile @ k_tile.mT * (scale if scale_s else 1.0)
                 if causal and mask:
-                    positions = torch.arange(q_start, q_start + count).unsqueeze(-1) + offset
-                    keys = torch.arange(k_start, k_start + k_tile.shape[-2])
-                    scores = scores.masked_fill(keys > positions if diagonal else keys >= positions, float("-inf"))
+                    scores = scores.masked_fill(hidden(q_start, count, k_start, k_tile.shape[-2], offset, diagonal),
+                                                float("-inf"))
                 if recompute == "lse":
                     p = torch.exp(scores - shift[..., rows].unsqueeze(-1))
                 elif recompute == "tile_softmax":
@@ -97,9 +96,13 @@ def backward_variant(*, delta="rowsum", jacobian=True, scale_dq=True, scale_dk=T
                     p = torch.exp(scores)
                 dv[..., k_start:k_start + block_k, :] += p.mT @ do_tile
                 dp = do_tile @ v_tile.mT
-                d = {"rowsum": full_delta[..., rows].unsqueeze(-1), "none": 0.0, "outside": 0.0,
-                     "tile": (p * dp).sum(-1, keepdim=True)}[delta]
-                ds = (p * dp - full_delta[..., rows].unsqueeze(-1) if delta == "outside" else p * (dp - d)) if jacobian else dp
+                row_delta = full_delta[..., rows].unsqueeze(-1)
+                if not jacobian:
+                    ds = dp
+                elif delta == "outside":
+                    ds = p * dp - row_delta
+                else:
+                    ds = p * (dp - {"rowsum": row_delta, "none": 0.0, "tile": (p * dp).sum(-1, keepdim=True)}[delta])
                 share = ds @ k_tile * (scale if scale_dq else 1.0)
                 if dq_add:
                     dq[..., rows, :] += share

@@ -33,6 +33,14 @@ def cases() -> list[Case]:
     return found
 
 
+def hidden(q_start: int, rows: int, k_start: int, cols: int, offset: int, diagonal: bool = True) -> torch.Tensor:
+    """The causal mask of one tile, ``[rows, cols]``, True where a key is hidden: after the query's position
+    ``offset + i`` (at it too when ``diagonal`` is False, a mistake). The variants of both passes mask with it."""
+    positions = torch.arange(q_start, q_start + rows).unsqueeze(-1) + offset
+    keys = torch.arange(k_start, k_start + cols)
+    return keys > positions if diagonal else keys >= positions
+
+
 @variants
 def forward_variant(*, rescale_acc=True, rescale_sum=True, guard=True, o_where=True, lse_where=True, divide=True,
                     scaled=True, scale_dim="qk", fill="-inf", position="end", diagonal=True, skip_by="last",
@@ -71,10 +79,8 @@ def forward_variant(*, rescale_acc=True, rescale_sum=True, guard=True, o_where=T
                 k_tile = k[..., k_start:k_start + block_k, :]
                 scores = (q_tile @ k_tile.mT) / scale
                 if causal:
-                    positions = torch.arange(q_start, q_start + rows).unsqueeze(-1) + offset
-                    keys = torch.arange(k_start, k_start + k_tile.shape[-2])
-                    hidden = keys > positions if diagonal else keys >= positions
-                    scores = scores.masked_fill(hidden, float(fill))
+                    scores = scores.masked_fill(hidden(q_start, rows, k_start, k_tile.shape[-2], offset, diagonal),
+                                                float(fill))
                 new_m = torch.maximum(m, scores.amax(-1))
                 shift = new_m.masked_fill(new_m == float("-inf"), 0.0) if guard else new_m
                 p = torch.exp(scores - shift.unsqueeze(-1))
