@@ -12,6 +12,8 @@ SOURCE = "source"  # nbgrader source notebooks (jupytext .py), edited by instruc
 RELEASE = "release"  # the student notebooks generated from source/
 WORK = "work"  # the student's own copy of release/ (course-work)
 DATA = "data"  # what the course ships: the layer-3 stand-in
+# In each release/<assignment>/: the public cases its check cells run (course.checking), written by course-release
+CHECKS = "checks.pt.xz"
 # nbgrader's course folders, relative to the course directory
 SUBMITTED = "submitted"
 AUTOGRADED = "autograded"

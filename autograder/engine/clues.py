@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from autograder.engine.protocols import Case
+from course.protocols import Case
 
 MAX_CLUES = 3
 _LISTED = 4  # case labels listed per side when saying which cases came out right

@@ -17,23 +17,23 @@ from dataclasses import dataclass
 
 import torch
 
-from autograder.engine.compare import compare
 from autograder.engine.known_outputs import known
 from autograder.engine.model import Exercise, Mistake
 from autograder.engine.output_store import RAISED
-from autograder.engine.protocols import Case
+from course.compare import compare
+from course.protocols import Case
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 CLOSER = 0.25  # in low precision, the student's distance to the mistake, at most this share of that to the reference
 NEAR = 4  # ... or at most this many tolerances
 
 
-def _agree(exercise: "Exercise", case: Case, got, wrong) -> bool:
+def agree(exercise: "Exercise", case: Case, got, wrong) -> bool:
     return compare(exercise.graded(got), wrong, case.dtype, exercise.tolerance(case.dtype),
                    names=exercise.output_names, equal_nan=True, free=exercise.free_in(case)) is None
 
 
-def _output(exercise: "Exercise", mistake: "Mistake", case: Case, native: bool):
+def output(exercise: "Exercise", mistake: "Mistake", case: Case, native: bool):
     def run():
         try:
             return exercise.graded(exercise.call(mistake.fn, case.cloned() if native else case.in_float64()))
@@ -58,8 +58,8 @@ def reproduces(exercise: "Exercise", mistake: "Mistake", case: Case, got) -> boo
         return None
     if mistake.matches is not None:
         return bool(mistake.matches(case, got))
-    wrong = _output(exercise, mistake, case, mistake.native_dtype)
-    return None if wrong is RAISED else _agree(exercise, case, got, wrong)
+    wrong = output(exercise, mistake, case, mistake.native_dtype)
+    return None if wrong is RAISED else agree(exercise, case, got, wrong)
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def diagnose(exercise: "Exercise", cases: Sequence[Case], outputs: Sequence, exp
                    for i in range(len(outputs)) if i != first_wrong):
             continue
         if raised_on is not None and mistake.fn is not None and \
-                _output(exercise, mistake, raised_on, mistake.native_dtype) is not RAISED:
+                output(exercise, mistake, raised_on, mistake.native_dtype) is not RAISED:
             fits = fits or mistake
             continue
         return Diagnosis(named=mistake)
@@ -102,13 +102,13 @@ def _consistent(exercise: "Exercise", mistake: "Mistake", case: Case, got, expec
         return bool(mistake.matches(case, got))
     if mistake.error is not None or (mistake.tried_on is not None and not mistake.tried_on(case)):
         return True  # an error pattern, or a mistake that does not define this case
-    wrong = _output(exercise, mistake, case, mistake.native_dtype)
-    if wrong is RAISED or _agree(exercise, case, got, wrong):
+    wrong = output(exercise, mistake, case, mistake.native_dtype)
+    if wrong is RAISED or agree(exercise, case, got, wrong):
         return True
-    native = wrong if mistake.native_dtype else _output(exercise, mistake, case, True)
+    native = wrong if mistake.native_dtype else output(exercise, mistake, case, True)
     if native is RAISED:
         return True
-    if not mistake.native_dtype and not _agree(exercise, case, native, wrong):
+    if not mistake.native_dtype and not agree(exercise, case, native, wrong):
         return True  # the mistake's own result depends on rounding here: this case cannot tell
     if is_right or not (mistake.native_dtype or case.dtype in _LOW_PRECISION):
         return False

@@ -14,20 +14,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from autograder.engine import clues, combined, diagnosis, limits, torch_errors
-from autograder.engine.compare import Mismatch, compare
+from autograder.engine import clues, combined, diagnosis, limits
 from autograder.engine.known_outputs import known
 from autograder.engine.model import Exercise, Mistake, Verdict, grader_problem
-from autograder.engine.protocols import PULLED, Case
 from autograder.engine.sandbox.client import Sandbox, SandboxError, shared
 from autograder.engine.sandbox.harness import NOT_IMPLEMENTED
 from autograder.engine.sandbox.report import TOO_BIG, Error, GraderError, Malformed, Ok, Outcome, from_bytes
 from autograder.engine.student_code import Cell, StudentCode, missing_definition
-from course import inplace
+from course import inplace, torch_errors
+from course.compare import SUMMARY, Mismatch, compare
+from course.protocols import PULLED, Case
 
 _FORGED = "评分进程交回的结果格式不对：代码是不是改动了评分器？"
-_MISMATCH_SUMMARY = {"type": "返回值的类型不对", "length": "返回值的个数不对", "shape": "shape 不对",
-                     "dtype": "dtype 不对", "nan": "输出里有 NaN", "values": "数值不对", "free": "输出里有 NaN 或 inf"}
 _MUTATED = ("原地修改了输入", inplace.HINT)
 _STOPPED = {
     "timeout": "运行超过 {timeout:.3g} 秒 CPU 时间，被停止了：代码里是不是有死循环，或者在做很大的计算？",
@@ -155,7 +153,7 @@ class Judgement:
         stage = _first_wrong_stage(exercise, case, got, expected[index])
         if self.broken() and (found.named is None or self.right_on_base):
             self.own_stage = stage and self.before_the_base(stage[0])
-            return self.fail(f"没有通过：{_MISMATCH_SUMMARY[kind]}", "\n".join(lines))
+            return self.fail(f"没有通过：{SUMMARY[kind]}", "\n".join(lines))
         if stage:
             lines.append(f"第一个和参考不一样的步骤：{stage[1]}。")
         mistake = found.named
@@ -174,7 +172,7 @@ class Judgement:
                                 f"可是用例「{cases[len(returned)].label}」上你的代码出错了{said}，那种写法在那里不会出错："
                                 "这个错误的原因要另外找。")
             lines += [f"线索：{fact}" for fact in facts if fact]
-        return self.fail(f"没有通过：{mistake.name if mistake else _MISMATCH_SUMMARY[kind]}", "\n".join(lines),
+        return self.fail(f"没有通过：{mistake.name if mistake else SUMMARY[kind]}", "\n".join(lines),
                          mistake.name if mistake else "")
 
     def two_at_once(self, outputs: list, expected: list, right: list[bool], index: int) -> diagnosis.Diagnosis:

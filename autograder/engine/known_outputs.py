@@ -15,7 +15,7 @@ from collections import OrderedDict
 import torch
 
 from autograder.engine import output_store
-from autograder.engine.protocols import Case, map_tensors
+from course.protocols import Case, map_tensors
 
 LIMIT_BYTES = 256 * 2**20
 

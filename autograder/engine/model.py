@@ -4,14 +4,15 @@
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from autograder.engine import limits, tolerances
-from autograder.engine.protocols import PROTOCOLS, Case, call_function
+from autograder.engine import limits
 from autograder.engine.sandbox.report import utf8
+from course import tolerances
+from course.protocols import PROTOCOLS, Case, call_function
 
 _GRADER_PROBLEM = "评分环境出了问题，不是你的代码的问题"
 
@@ -47,7 +48,7 @@ class Exercise:
     mistakes: tuple[Mistake, ...] = ()
     output_names: tuple[str, ...] = ()
     tolerance_overrides: dict = field(default_factory=dict)
-    # How the code is called, from ``autograder.engine.protocols`` (it runs in the sandbox, so it must live there).
+    # How the code is called, from ``course.protocols`` (it runs in the sandbox, so it must live there).
     call: Callable[[Callable, Case], Any] = call_function
     # Extra properties the output must have beyond matching the reference, e.g. exact zeros.
     verify: Callable[[Case, Any], "str | None"] | None = None
@@ -75,7 +76,7 @@ class Exercise:
 
     def __post_init__(self):
         if PROTOCOLS.get(self.call.__name__) is not self.call:
-            raise ValueError(f"{self.name}: call must be one of autograder.engine.protocols.PROTOCOLS, which the sandbox knows "
+            raise ValueError(f"{self.name}: call must be one of course.protocols.PROTOCOLS, which the sandbox knows "
                              f"by name; got {self.call!r}")
 
     def made_cases(self) -> tuple[Case, ...]:
@@ -155,6 +156,13 @@ class Verdict:
         """A failed verdict as the student reads it: the exercise, its zero out of the points, the message (a
         failed pytest test, a hidden-test cell's error, nbgrader's error output)."""
         return f"{self.exercise}（0/{self.max_points} 分）：{self.message}"
+
+
+def public(cases: list[Case], *indices: int) -> list[Case]:
+    """``cases`` with those at ``indices`` made public: the notebook's visible check tries them too
+    (``course.checking``). Chosen so that each named mistake fails at least one of them, the worked example first:
+    then a ✓ in the notebook is a promise the grader keeps on every mistake the course knows."""
+    return [replace(case, public=True) if i in indices else case for i, case in enumerate(cases)]
 
 
 def grader_problem(exercise: Exercise, what: str) -> Verdict:

@@ -23,7 +23,7 @@ PACKAGES = ("autograder", "solutions", "course")
 # Where grading starts: the entry points of every channel, the sandbox's processes (started by name, not
 # imported) and the protocols they look up by name.
 CORE = ("autograder.engine.grading", "autograder.engine.sandbox.zygote", "autograder.engine.sandbox.harness",
-        "autograder.engine.protocols")
+        "course.protocols")
 CHECKS = "autograder.engine.checks"
 _HASHED_BYTES = 64 * 2**20
 

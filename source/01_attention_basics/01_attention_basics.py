@@ -222,19 +222,8 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 
 # %% tags=["tests:attention_scores"]
-from course import inplace
-attention_scores = inplace.guard(attention_scores)  # as in grading: changing an input in place fails
-got = attention_scores(toy.queries(), toy.keys())
-assert got.shape == (3, 3), f"三个 query 对三个 key，形状应是 (3, 3)，得到 {tuple(got.shape)}"
-assert not torch.allclose(got[2], torch.tensor([0.0, 4.0, 2.0]), atol=1e-2), \
-    "「不错」的分数是 [0, 4, 2]：忘了除以 √D？"
-assert torch.allclose(got[2], torch.tensor([0.0, 2.83, 1.41]), atol=1e-2), \
-    f"「不错」的分数应约为 [0, 2.83, 1.41]，得到 {got[2].tolist()}"
-got = attention_scores(torch.randn(2, 4, 5, 8), torch.randn(2, 4, 7, 8))
-assert got.shape == (2, 4, 5, 7), f"[2, 4, 5, 8] × [2, 4, 7, 8] 应得到 (2, 4, 5, 7)，得到 {tuple(got.shape)}"
-got = attention_scores(toy.queries(torch.bfloat16), toy.keys(torch.bfloat16))
-assert got.dtype == torch.bfloat16, f"输入是 bfloat16，输出也应是 bfloat16，得到 {got.dtype}"
-print("✓ attention_scores：手算的分数对上了，批量形状和 dtype 也对")
+from course.checking import check
+check("attention_scores")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -323,28 +312,8 @@ def causal_mask(q_len: int, k_len: int | None = None, window: int | None = None)
 
 
 # %% tags=["tests:causal_mask"]
-from course import inplace
-causal_mask = inplace.guard(causal_mask)  # as in grading: changing an input in place fails
-lower = torch.tensor([[True, False, False], [True, True, False], [True, True, True]])
-got = causal_mask(3)
-assert got.dtype == torch.bool, f"掩码的 dtype 应是 torch.bool，得到 {got.dtype}"
-assert not torch.equal(got, ~lower), "True 和 False 反了：本课程里 True 表示「可以看」"
-assert torch.equal(got, lower), f"causal_mask(3) 应是带对角线的下三角，得到\n{got}"
-got = causal_mask(1, 5)
-assert got.shape == (1, 5), f"causal_mask(1, 5) 的形状应是 (1, 5)，得到 {tuple(got.shape)}"
-assert got.all(), f"缓存了 4 个 token 之后，新来的 query 应能看见全部 5 个 key，得到\n{got}"
-got = causal_mask(2, 5)
-expected = torch.tensor([[True, True, True, True, False], [True, True, True, True, True]])
-assert torch.equal(got, expected), f"causal_mask(2, 5) 应是\n{expected}\n得到\n{got}"
-got = causal_mask(5, window=2)
-expected = torch.tensor([[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 1, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 0, 1, 1]]).bool()
-assert torch.equal(got, expected), \
-    f"causal_mask(5, window=2) 应是\n{expected.int()}\n得到\n{got.int()}\n位置 p 的 query 看 p − 2 < j ≤ p，正好 2 个 key"
-got = causal_mask(1, 6, window=3)
-assert torch.equal(got, torch.tensor([[False, False, False, True, True, True]])), \
-    f"缓存了 5 个 token 之后，新 query 在位置 5，window=3 时只看 key 3、4、5，得到\n{got}"
-assert torch.equal(causal_mask(4, window=4), causal_mask(4)), "窗口和序列一样长时，应该就是普通的因果掩码"
-print("✓ causal_mask：方阵、带缓存和滑动窗口的情况都对")
+from course.checking import check
+check("causal_mask")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -396,17 +365,8 @@ def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 # %% tags=["tests:padding_mask"]
-from course import inplace
-padding_mask = inplace.guard(padding_mask)  # as in grading: changing an input in place fails
-hf_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
-got = padding_mask(hf_mask)
-assert got.dtype == torch.bool, f"dtype 应是 torch.bool，得到 {got.dtype}"
-assert got.shape == (2, 1, 1, 4), f"形状应是 (2, 1, 1, 4)，得到 {tuple(got.shape)}"
-assert torch.equal(got[:, 0, 0, :], hf_mask == 1), \
-    f"1（真实 token）应变成 True，0（padding）应变成 False，得到\n{got[:, 0, 0, :]}"
-combined = got & causal_mask(4)
-assert combined.shape == (2, 1, 4, 4), f"和因果掩码合并后应是 (2, 1, 4, 4)，得到 {tuple(combined.shape)}"
-print("✓ padding_mask：形状、dtype 和取值都对，能和因果掩码合并")
+from course.checking import check
+check("padding_mask")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -478,26 +438,8 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
 
 
 # %% tags=["tests:masked_softmax"]
-from course import inplace
-masked_softmax = inplace.guard(masked_softmax)  # as in grading: changing an input in place fails
-toy_scores = torch.tensor([0.0, 2.83, 1.41])
-got = masked_softmax(torch.stack([toy_scores, torch.zeros(3)]))  # two rows: the toy scores and a tie
-expected = torch.tensor([[0.045, 0.768, 0.187], [1 / 3, 1 / 3, 1 / 3]])
-assert torch.allclose(got, expected, atol=1e-2), \
-    f"不带掩码时应约为\n{expected}\n得到\n{got}\nsoftmax 是在最后一维上做的吗？"
-got = masked_softmax(toy_scores, torch.tensor([True, True, False]))
-assert got[2] == 0, f"被遮住的位置权重必须正好是 0，得到 {got[2].item()}"
-assert abs(got.sum().item() - 1) < 1e-5, \
-    f"没被遮住的权重加起来应是 1，得到 {got.sum().item():.4f}：是不是先 softmax 再清零了？"
-got = masked_softmax(toy_scores, torch.tensor([False, False, False]))
-assert not torch.isnan(got).any(), "整行被遮住时出现了 NaN：被遮住的位置是不是填了 -inf？"
-assert torch.equal(got, torch.zeros(3)), \
-    f"整行被遮住时应输出全 0，得到 {got.tolist()}：填了大负数之后，还要把被遮住的位置清零"
-got = masked_softmax(torch.tensor([[1e4, -1e4, 0.0]]))
-assert torch.isfinite(got).all(), f"分数为 ±1e4 时结果应有限，得到 {got.tolist()}"
-got = masked_softmax(toy_scores.to(torch.bfloat16), torch.tensor([True, False, True]))
-assert got.dtype == torch.bfloat16, f"输入是 bfloat16，输出也应是 bfloat16，得到 {got.dtype}"
-print("✓ masked_softmax：手算的权重对上了，遮住的位置是 0，整行被遮住时是全 0")
+from course.checking import check
+check("masked_softmax")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -531,20 +473,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 # %% tags=["tests:attention"]
-from course import inplace
-attention = inplace.guard(attention)  # as in grading: changing an input in place fails
-out, w = attention(toy.queries(), toy.keys(), toy.values(), causal_mask(3))
-expected_w = torch.tensor([[1.0, 0.0, 0.0], [0.893, 0.107, 0.0], [0.045, 0.768, 0.187]])
-assert w.shape == (3, 3) and out.shape == (3, 2), \
-    f"weights 应是 (3, 3)、output 应是 (3, 2)，得到 {tuple(w.shape)} 和 {tuple(out.shape)}：" \
-    "返回顺序是 (output, weights) 吗？"
-assert torch.allclose(w, expected_w, atol=1e-2), f"带因果掩码的权重应约为\n{expected_w}\n得到\n{w}"
-assert torch.allclose(out[2], torch.tensor([0.277, 1.723]), atol=1e-2), \
-    f"「不错」的输出应约为 (0.277, 1.723)，得到 {out[2].tolist()}"
-out, w = attention(torch.randn(2, 3, 4, 8), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 5))
-assert out.shape == (2, 3, 4, 5) and w.shape == (2, 3, 4, 6), \
-    f"Dv = 5 时 output 应是 (2, 3, 4, 5)、weights 应是 (2, 3, 4, 6)，得到 {tuple(out.shape)} 和 {tuple(w.shape)}"
-print("✓ attention：三个 token 的例子对上了，Dv ≠ D 时形状也对")
+from course.checking import check
+check("attention")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -795,34 +725,8 @@ def online_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
 
 # %% tags=["tests:online_softmax_attention"]
-from course import inplace
-online_softmax_attention = inplace.guard(online_softmax_attention)  # as in grading: changing an input in place fails
-q_t, k_t, v_t = toy.queries(), toy.keys(), toy.values()
-one_shot, _ = attention(q_t, k_t, v_t, causal_mask(3))
-for size in (1, 2, 3, 16):
-    got = online_softmax_attention(q_t, k_t, v_t, causal_mask(3), block_size=size)
-    assert got.shape == (3, 2), f"三个 token 的例子，输出应是 (3, 2)，得到 {tuple(got.shape)}：只返回 output，不要 weights"
-    assert torch.allclose(got, one_shot, atol=1e-5), \
-        f"block_size={size} 时应和 attention 的输出一样：\n{one_shot}\n得到\n{got}"
-
-torch.manual_seed(0)
-growing_keys = torch.randn(2, 2, 37, 8) * torch.linspace(0.5, 4.0, 37)[:, None]  # later blocks hold bigger scores
-q_r, v_r = torch.randn(2, 2, 5, 8), torch.randn(2, 2, 37, 6)
-expected, _ = attention(q_r, growing_keys, v_r, causal_mask(5, 37))
-got = online_softmax_attention(q_r, growing_keys, v_r, causal_mask(5, 37), block_size=8)
-assert got.shape == expected.shape, f"输出应是 {tuple(expected.shape)}，得到 {tuple(got.shape)}"
-assert torch.allclose(got, expected, atol=1e-5), \
-    "后面的块分数更大时结果不对：running max 变大时，z 和 a 都乘上 exp(m − m′) 了吗？37 个 key 的最后一块只有 5 个，算上了吗？"
-
-left_blind = padding_mask(torch.tensor([[0, 0, 1, 1]])) & causal_mask(4)  # the first two queries see nothing
-got = online_softmax_attention(torch.randn(1, 1, 4, 8), torch.randn(1, 1, 4, 8), torch.randn(1, 1, 4, 8), left_blind,
-                               block_size=2)
-assert not got.isnan().any(), "整行都被遮住的 query 得到了 NaN：m 还是 −inf 时，按 0 来平移"
-assert torch.equal(got[0, 0, :2], torch.zeros(2, 8)), f"整行都被遮住的 query 输出应是全 0，得到\n{got[0, 0, :2]}"
-
-got = online_softmax_attention(q_r * 1e3, growing_keys, v_r, causal_mask(5, 37), block_size=8)
-assert torch.isfinite(got).all(), "分数上万时输出里出现了 inf 或 NaN：exp 之前减去 running max 了吗？"
-print("✓ online_softmax_attention：几种 block_size 都和一次算完的 attention 一样，整行被遮住时是 0，大分数也没溢出")
+from course.checking import check
+check("online_softmax_attention")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade

@@ -3,10 +3,10 @@ float32 inside, padding rows that no implementation defines — but not NaN ther
 import torch
 
 from autograder.engine.assignments import EXERCISES
-from autograder.engine.compare import compare
 from autograder.engine.judging import grade
 from autograder.engine.student_code import Cell
-from autograder.engine.tolerances import Tolerance
+from course.compare import compare
+from course.tolerances import Tolerance
 from tests.students import a01, a02, notebook
 
 HUGGING_FACE_LAYER = '''

@@ -7,11 +7,12 @@ import math
 import pytest
 import torch
 
-from autograder.engine import clues, limits, torch_errors
+from autograder.engine import clues, limits
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
-from autograder.engine.compare import compare
 from autograder.engine.grading import grade_cells, judge
 from autograder.engine.student_code import Cell
+from course import torch_errors
+from course.compare import compare
 from tests import tiers
 from tests.natural_mistakes import a08 as natural_a08
 from tests.natural_mistakes import patch

@@ -10,8 +10,8 @@ from autograder.engine.checks import chunked_gated_delta_rule as chunked_gated_d
 from autograder.engine.checks.qwen35_gated_deltanet import config, random_weights
 from autograder.engine.inputs import linear_attention as inputs
 from autograder.engine.inputs.seeded import generator
-from autograder.engine.protocols import PerPosition, call_chunkwise
 from course import qwen35_weights
+from course.protocols import PerPosition, call_chunkwise
 from solutions.gated_deltanet import (
     GatedDeltaNetCache,
     Qwen35GatedDeltaNet,

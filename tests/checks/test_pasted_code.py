@@ -9,7 +9,7 @@ import pytest
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from autograder.engine.grading import judge
 from autograder.engine.ipynb import read_code_cells
-from autograder.engine.protocols import PULLED
+from course.protocols import PULLED
 from tests.notebooks import filled, source_solutions, write_submission
 from tests.pasted_code import PASTED, Pasted
 

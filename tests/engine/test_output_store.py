@@ -13,9 +13,9 @@ import torch
 from autograder.engine import known_outputs, output_store
 from autograder.engine.assignments import EXERCISES
 from autograder.engine.judging import grade
-from autograder.engine.protocols import Case
 from autograder.engine.sandbox.client import Sandbox
 from course.layout import ROOT as REPO
+from course.protocols import Case
 from tests import caches
 from tests.sandbox.test_hostile_submissions import SCORES, cells_with
 

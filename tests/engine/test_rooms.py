@@ -71,4 +71,4 @@ def test_the_store_key_of_an_assignment_leaves_out_the_checks_it_does_not_use():
 
 def test_the_import_reader_sees_imports_inside_functions():
     # the protocols import the Llama model only where they build one
-    assert "course.llama" in provenance.imports_of("autograder.engine.protocols.generation")
+    assert "course.llama" in provenance.imports_of("course.protocols.generation")

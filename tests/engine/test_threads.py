@@ -9,11 +9,10 @@ import pytest
 import torch
 
 import solutions.qwen35_attention
-from autograder.engine import protocols
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from autograder.engine.grading import grade_cells, judge
 from autograder.engine.sandbox.client import Sandbox
-from course import llama
+from course import llama, protocols
 from tests.notebooks import source_solutions
 from tests.presentations import graded_cells, released_blocks
 

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import jupytext
 import nbformat
@@ -15,14 +16,13 @@ import torch
 from nbclient import NotebookClient
 from torch import nn
 
-from autograder.engine import protocols
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from autograder.engine.grading import grade_cells, notebook_cells
 from autograder.engine.judging import grade
 from autograder.engine.sandbox.client import shared
 from autograder.instructor.handout import main, provided_answers
 from autograder.instructor.release import solution_code
-from course import inplace, layout
+from course import inplace, layout, protocols
 from course.layout import ROOT as REPO
 from course.tools import workspace
 from tests.students import a01, a02
@@ -61,6 +61,49 @@ def test_it_holds_the_course_and_nothing_of_the_graders(handout):
             for marker in ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS", "import autograder", "from autograder",
                            "from solutions", "import solutions"):
                 assert marker not in text, f"{marker!r} in {path}"
+
+
+_CHECK_IN_THE_HANDOUT = """
+import sys
+sys.path[:0] = sys.argv[1:3]  # the handout, then the packages torch is installed with (no .pth: python -S)
+for grading in ("autograder", "solutions"):
+    try:
+        __import__(grading)
+        raise SystemExit(grading + " can be imported")
+    except ModuleNotFoundError:
+        pass
+import course
+from course.checking import CheckFailed, check
+assert course.__file__.startswith(sys.argv[1]), course.__file__
+import torch
+exec(sys.argv[3])
+check("causal_mask")
+exec(sys.argv[4])
+try:
+    check("causal_mask")
+except CheckFailed as failed:
+    print(str(failed).splitlines()[0])
+"""
+
+
+def test_a_handouts_checks_run_with_only_its_public_cases(handout, tmp_path):
+    """The checks run where there is no grader: with the handout's ``course/`` and checks files alone, no
+    ``autograder`` or ``solutions`` importable. The checks files are the course's, holding only public cases
+    (``tests/checks/test_visible_checks.py``)."""
+    for assignment in RELEASED:
+        ours = REPO / "release" / assignment / layout.CHECKS
+        if ours.is_file():
+            assert (handout / "release" / assignment / layout.CHECKS).read_bytes() == ours.read_bytes()
+    right = solution_code(A)["causal_mask"]
+    wrong = right.replace("visible = key_positions <= query_positions", "visible = key_positions < query_positions")
+    assert wrong != right
+    done = subprocess.run([sys.executable, "-S", "-c", _CHECK_IN_THE_HANDOUT, str(handout),
+                           str(Path(torch.__file__).parent.parent), right, wrong],
+                          cwd=tmp_path, capture_output=True, text=True, env={k: v for k, v in os.environ.items()
+                                                                            if k != "PYTHONPATH"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[0].startswith("✓ causal_mask：6 个公开用例都对")
+    assert done.stdout.splitlines()[1] == "causal_mask：没有通过：对角线被遮住了：token 看不到自己", done.stdout
 
 
 def _unprovided_code(path) -> str:
@@ -171,10 +214,14 @@ def _tests_cells(assignment: str) -> dict[str, str]:
 
 
 def test_every_visible_check_guards_the_code_it_checks():
+    """A check cell runs the grader's public cases (``course.checking``, which applies the grader's rule on inputs
+    changed in place: ``tests/checks/test_visible_checks.py``), or, in a notebook whose checks are still written by
+    hand, first guards the code it checks."""
     for assignment in ASSIGNMENTS:
         for exercise, check in _tests_cells(assignment).items():
             name = EXERCISES[exercise].definition
-            assert check.startswith(f"from course import inplace\n{name} = inplace.guard({name})"), (assignment, exercise)
+            assert check.startswith((f"from course import inplace\n{name} = inplace.guard({name})",
+                                     f'from course.checking import check\ncheck("{exercise}")')), (assignment, exercise)
 
 
 def _run_check(assignment: str, exercise: str, solution: str) -> str:
@@ -189,11 +236,14 @@ def _run_check(assignment: str, exercise: str, solution: str) -> str:
 
 def test_the_visible_check_fails_a_solution_that_changes_its_input_in_place(capsys):
     in_place = next(code for name, mistake, code in a01.MISTAKES if name == "masked_softmax" and "原地" in mistake)
-    with pytest.raises(AssertionError, match=r"masked_softmax 原地修改了输入：调用之后，输入的值变了：参数 scores。") as failed:
+    with pytest.raises(AssertionError, match=r"masked_softmax：没有通过：原地修改了输入\n.*\n调用之后，输入的值变了：参数 scores。") as failed:
         _run_check(A, "masked_softmax", in_place)
-    assert "x.clone()" in str(failed.value) and "0 分" in str(failed.value)
+    assert "x.clone()" in str(failed.value)
     _run_check(A, "masked_softmax", solution_code(A)["masked_softmax"])
     assert "✓ masked_softmax" in capsys.readouterr().out
+    in_place = a02.CORRECT["split_heads"].replace("def split_heads(x, num_heads):", "def split_heads(x, num_heads):\n    x.mul_(2)")
+    with pytest.raises(AssertionError, match=r"split_heads 原地修改了输入：调用之后，输入的值变了：参数 x。"):
+        _run_check(B, "split_heads", in_place)  # a check still written by hand guards its code
 
 
 def test_the_grader_names_a_changed_input_as_the_visible_check_does():

@@ -11,7 +11,7 @@ import ast
 from functools import cache
 
 from autograder.engine.assignments import ASSIGNMENTS
-from autograder.engine.protocols import PULLED
+from course.protocols import PULLED
 
 
 @cache

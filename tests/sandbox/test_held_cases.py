@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from autograder.engine import limits
-from autograder.engine.protocols import Case
 from autograder.engine.sandbox.client import Sandbox
 from autograder.engine.sandbox.held_cases import Sent
 from autograder.engine.sandbox.report import from_bytes
+from course.protocols import Case
 
 
 def test_cases_go_with_their_first_job_only():

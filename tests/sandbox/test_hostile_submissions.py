@@ -440,7 +440,7 @@ def test_an_honest_notebook_after_the_attacks_gets_full_marks():
 
 def test_the_fork_server_holds_no_answer():
     """What a run finds in memory: the code that calls it, never a reference, a check or a known mistake."""
-    from autograder.engine.protocols import Case
+    from course.protocols import Case
 
     # The fork server freezes what it loaded (gc.freeze): a spy unfreezes it to see everything.
     spy = '''
@@ -448,7 +448,7 @@ import gc, types
 def look(x):
     gc.unfreeze()
     return [m.__name__ for m in gc.get_objects() if isinstance(m, types.ModuleType)
-            and m.__name__.startswith(("autograder", "solutions"))]
+            and m.__name__.startswith(("autograder", "solutions", "course"))]
 '''
     sandbox = Sandbox()
     try:
@@ -457,7 +457,7 @@ def look(x):
     finally:
         sandbox.stop()
     modules = set(from_bytes(answer.data, cases=1).outcomes[0].output)
-    assert {"autograder.engine.protocols", "autograder.engine.sandbox.harness"} <= modules  # the spy does see modules
+    assert {"course.protocols", "autograder.engine.sandbox.harness"} <= modules  # the spy does see modules
     assert not {m for m in modules if m.startswith(("solutions", "autograder.engine.checks", "autograder.engine.judging",
                                                     "autograder.engine.model",
                                                     "autograder.engine.assignments"))}, modules

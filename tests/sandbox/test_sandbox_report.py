@@ -13,9 +13,7 @@ import torch
 from autograder.engine import limits
 from autograder.engine.assignments import EXERCISES
 from autograder.engine.checks import greedy_generate
-from autograder.engine.compare import compare
 from autograder.engine.judging import grade
-from autograder.engine.protocols import Case
 from autograder.engine.sandbox import harness
 from autograder.engine.sandbox.client import Answer, Sandbox
 from autograder.engine.sandbox.report import (
@@ -33,11 +31,13 @@ from autograder.engine.sandbox.report import (
     utf8,
 )
 from autograder.engine.student_code import Cell
-from autograder.engine.tolerances import for_dtype
 from autograder.instructor.classroom.results_store import NotebookResult, ResultStore
 from course import smollm2
 from course.cache import CACHE_ENV
+from course.compare import compare
+from course.protocols import Case
 from course.stored_tensors import StoredTensors
+from course.tolerances import for_dtype
 from tests.students import a01, a02, a03, a07
 
 OUTPUT = (torch.arange(6.0).view(2, 3), {"mask": torch.tensor([True, False]), "n": 3, "scale": 0.5},
@@ -449,7 +449,7 @@ def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
     "a look-alike with the same name and module": '''
 class GraderProblem(Exception):
     pass
-GraderProblem.__module__ = "autograder.engine.errors"
+GraderProblem.__module__ = "course.errors"
 
 def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
     raise GraderProblem("读不到模型的权重")

@@ -3,7 +3,7 @@ import torch
 
 from autograder.engine.inputs.seeded import dtype_name, generator, randn
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case
+from course.protocols import Case
 from solutions.output_gate import apply_output_gate
 
 # The 书 / 她 toy of the notebook: two heads (pronoun, grammar) with two dims each.

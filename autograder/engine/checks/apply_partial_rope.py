@@ -4,7 +4,7 @@ import torch
 
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case
+from course.protocols import Case
 from solutions.qwen35_attention import apply_partial_rope
 from solutions.rope_mla import rope_cos_sin
 

@@ -11,7 +11,7 @@ import torch
 from autograder.engine.combined import variants
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case
+from course.protocols import Case
 from solutions.real_model import apply_penalties
 
 # Six tokens, one row; tokens 2 (twice), 4 and 1 were generated: small enough to work out by hand.

@@ -3,8 +3,8 @@ import torch
 
 from autograder.engine.checks.masked_softmax import uniform_when_blind
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, three_tokens
-from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case
+from autograder.engine.model import Exercise, Mistake, public
+from course.protocols import Case
 from solutions.attention_basics import attention, attention_scores, causal_mask, masked_softmax, padding_mask
 
 
@@ -18,7 +18,7 @@ def cases() -> list[Case]:
         return (randn(gen, *lead, q_len, dim, dtype=dtype), randn(gen, *lead, k_len, dim, dtype=dtype),
                 randn(gen, *lead, k_len, dim_v, dtype=dtype))
 
-    return [
+    return public([
         Case("三个 token 的手算例子：「不错」的 query (0, 4)，没有 mask", (queries[2:], keys, values)),
         Case("三个 token 的手算例子：三个 query 一起算，带 causal_mask(3)", (queries, keys, values, causal_mask(3))),
         Case("随机 q/k/v [2, 3, 4, 8]，mask=None", qkv((2, 3), 4, 4, 8, 8)),
@@ -34,7 +34,7 @@ def cases() -> list[Case]:
         Case("随机 q/k/v [3, 4, 8]，float64", qkv((), 3, 4, 8, 8, torch.float64)[:3]),
         Case(f"随机 q/k/v [2, 2, 5, 16]，带 causal_mask(5)，{dtype_name(torch.bfloat16)}",
              (*qkv((2, 2), 5, 5, 16, 16, torch.bfloat16), causal_mask(5))),
-    ]
+    ], 0, 1, 4, 7, 9)
 
 
 def _with_weights(weights, v):

@@ -3,7 +3,7 @@ import math
 
 from autograder.engine.combined import variants
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case
+from course.protocols import Case
 from solutions.gqa_kv_cache import attention_flops
 
 _ARGS = ("batch", "q_len", "k_len", "hidden_size", "num_heads", "num_kv_heads", "head_dim")

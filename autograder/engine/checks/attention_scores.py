@@ -4,8 +4,8 @@ import math
 import torch
 
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape, three_tokens
-from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case
+from autograder.engine.model import Exercise, Mistake, public
+from course.protocols import Case
 from solutions.attention_basics import attention_scores
 
 
@@ -27,7 +27,7 @@ def cases() -> list[Case]:
         q = randn(gen, *lead, q_len, dim, dtype=dtype)
         k = randn(gen, *lead, k_len, dim, dtype=dtype)
         found.append(Case(f"随机输入：q {shape(q)}、k {shape(k)}，{dtype_name(dtype)}", (q, k)))
-    return found
+    return public(found, 0, 1, 3, 6, 7)
 
 
 def _unscaled(q, k):

@@ -12,7 +12,7 @@ import torch
 from autograder.engine.combined import variants
 from autograder.engine.inputs.seeded import dtype_name, generator
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case, call_beam
+from course.protocols import Case, call_beam
 from solutions.real_model import beam_search
 
 OUTPUT_NAMES = ("tokens", "scores")

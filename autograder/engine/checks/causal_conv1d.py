@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from autograder.engine.combined import variants
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case, call_conv
+from course.protocols import Case, call_conv
 from solutions.gated_deltanet import causal_conv1d
 
 OUTPUT_NAMES = ("输出 y", "返回的 conv_state")

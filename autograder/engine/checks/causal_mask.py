@@ -2,8 +2,8 @@
 ``p = k_len - q_len + i`` sees keys ``j <= p``; with a sliding window of ``w``, only ``p - w < j <= p``."""
 import torch
 
-from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case
+from autograder.engine.model import Exercise, Mistake, public
+from course.protocols import Case
 from solutions.attention_basics import causal_mask
 
 
@@ -18,7 +18,7 @@ def cases() -> list[Case]:
               for q, k, w in ((1, 8, 3), (3, 9, 4), (2, 7, 5))]
     found += [Case("causal_mask(4, window=4)：窗口和序列一样长，就是普通的因果掩码", (4,), {"window": 4}),
               Case("causal_mask(3, 5, window=10)：窗口比序列还长", (3, 5), {"window": 10})]
-    return found
+    return public(found, 0, 3, 7, 10, 13, 14)
 
 
 def _causal_only(case: Case) -> bool:

@@ -15,7 +15,7 @@ from autograder.engine.combined import variants
 from autograder.engine.inputs import linear_attention as inputs
 from autograder.engine.inputs.seeded import generator
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case, call_rule
+from course.protocols import Case, call_rule
 from solutions.gated_deltanet import delta_rule
 
 

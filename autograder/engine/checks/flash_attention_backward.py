@@ -19,7 +19,7 @@ from autograder.engine.combined import variants
 from autograder.engine.inputs import flash
 from autograder.engine.inputs.seeded import generator, randn
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case, call_tiled
+from course.protocols import Case, call_tiled
 from solutions.flash_attention import flash_attention_backward, flash_attention_forward
 
 OUTPUT_NAMES = ("dq", "dk", "dv")

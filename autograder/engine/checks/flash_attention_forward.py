@@ -10,7 +10,7 @@ from autograder.engine.combined import variants
 from autograder.engine.inputs import flash
 from autograder.engine.inputs.seeded import generator
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case, call_tiled
+from course.protocols import Case, call_tiled
 from solutions.flash_attention import flash_attention_forward
 
 OUTPUT_NAMES = ("输出 o", "log-sum-exp lse")

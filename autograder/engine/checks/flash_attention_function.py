@@ -7,7 +7,7 @@ from autograder.engine.checks.flash_attention_forward import TOO_LARGE
 from autograder.engine.inputs import flash
 from autograder.engine.inputs.seeded import generator, randn
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case, call_autograd
+from course.protocols import Case, call_autograd
 from solutions.flash_attention import FlashAttention, flash_attention_backward, flash_attention_forward
 
 OUTPUT_NAMES = ("输出 o", "q.grad", "k.grad", "v.grad")

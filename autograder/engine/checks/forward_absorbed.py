@@ -5,7 +5,7 @@ from autograder.engine.checks import ATTENTION_BASICS
 from autograder.engine.checks.multi_head_latent_attention import OUTPUT_NAMES, SHARED, _variant, cases
 from autograder.engine.inputs import modules
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import call_absorbed_decoder
+from course.protocols import call_absorbed_decoder
 from solutions.attention_basics import masked_softmax
 from solutions.rope_mla import MultiHeadLatentAttention
 

@@ -7,7 +7,7 @@ import torch
 from autograder.engine.inputs import smollm2
 from autograder.engine.judging import reference_result
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case, call_generate
+from course.protocols import Case, call_generate
 from course.smollm2 import chat_prompt
 
 # The loops below run in a model built with the LlamaAttention found among this module's names, and

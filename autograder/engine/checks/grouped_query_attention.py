@@ -7,7 +7,7 @@ from autograder.engine.checks import ATTENTION_BASICS
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case, call_decoder
+from course.protocols import Case, call_decoder
 from solutions.attention_basics import attention, causal_mask, padding_mask
 
 # The mistakes below decode with the KVCache found among this module's names (protocols.neighbour).

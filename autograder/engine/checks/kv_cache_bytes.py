@@ -1,6 +1,6 @@
 """Check of ``kv_cache_bytes(batch, seq_len, num_layers, num_kv_heads, head_dim, bytes_per_elem)`` → int."""
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case
+from course.protocols import Case
 from solutions.gqa_kv_cache import kv_cache_bytes
 
 _ARGS = ("batch", "seq_len", "num_layers", "num_kv_heads", "head_dim", "bytes_per_elem")

@@ -4,7 +4,7 @@ import torch
 
 from autograder.engine.inputs.seeded import dtype_name, generator, randn
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case, call_cache
+from course.protocols import Case, call_cache
 from solutions.rope_mla import LatentKVCache
 
 UPDATES = 3

@@ -11,8 +11,8 @@ from autograder.engine.checks import ATTENTION_BASICS, grouped_query_attention
 from autograder.engine.inputs import modules, smollm2
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case, call_decoder
-from autograder.engine.tolerances import Tolerance
+from course.protocols import Case, call_decoder
+from course.tolerances import Tolerance
 from solutions.attention_basics import masked_softmax
 
 # The mistakes below decode with the KVCache next to 03's forward, which they run (protocols.neighbour).

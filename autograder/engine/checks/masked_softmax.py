@@ -3,8 +3,9 @@ finite for scores of ±1e4, all zeros (never NaN) on a fully masked row."""
 import torch
 
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape, three_tokens
-from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case
+from autograder.engine.model import Exercise, Mistake, public
+from course.output_rules import masked_are_zero
+from course.protocols import Case
 from solutions.attention_basics import attention_scores, causal_mask, masked_softmax, padding_mask
 
 
@@ -15,7 +16,7 @@ def cases() -> list[Case]:
     some_rows_blind = torch.rand(2, 3, 4, 6, generator=gen) > 0.5
     some_rows_blind[:, :, 1] = False
     big = randn(gen, 2, 2, 4, 5, scale=1e4)
-    return [
+    return public([
         Case("三个 token 的手算例子：「不错」的分数 [0, 2.83, 1.41]，没有 mask", (attention_scores(queries[2:], keys),)),
         Case("随机分数 [2, 3, 4, 6]，mask=None", (randn(gen, 2, 3, 4, 6, scale=3),)),
         Case("随机分数 [2, 3, 4, 4] + causal_mask(4)（[4, 4] 广播到每个 batch 和 head）",
@@ -29,18 +30,7 @@ def cases() -> list[Case]:
         Case("分数是 ±1e4 量级的大数 [2, 2, 4, 5] + causal_mask(4, 5)", (big, causal_mask(4, 5))),
         Case(f"随机分数 [2, 2, 5, 5] + padding & causal，{dtype_name(torch.bfloat16)}",
              (randn(gen, 2, 2, 5, 5, dtype=torch.bfloat16, scale=3), left_pad & causal_mask(5))),
-    ]
-
-
-def verify(case: Case, got: torch.Tensor) -> str | None:
-    """Masked entries must be exactly 0, not merely small."""
-    mask = case.args[1] if len(case.args) > 1 else None
-    if mask is None:
-        return None
-    leaked = got.masked_select(~mask.expand(got.shape)) != 0
-    if leaked.any():
-        return f"被遮住的位置应该正好是 0，有 {int(leaked.sum())} 个不是（最大 {got.masked_select(~mask.expand(got.shape)).abs().max().item():.3g}）。"
-    return None
+    ], 0, 2, 4, 6, 7)
 
 
 def uniform_when_blind(scores, mask=None):
@@ -73,4 +63,4 @@ MISTAKES = (
             matches=_overflowed),
 )
 
-EXERCISE = Exercise("masked_softmax", 3, masked_softmax, cases, MISTAKES, verify=verify)
+EXERCISE = Exercise("masked_softmax", 3, masked_softmax, cases, MISTAKES, verify=masked_are_zero)

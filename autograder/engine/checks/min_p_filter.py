@@ -11,7 +11,7 @@ from autograder.engine.checks.sampling_probs import removed_exactly_zero
 from autograder.engine.combined import variants
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case
+from course.protocols import Case
 from solutions.real_model import min_p_filter
 
 # Two rows of five: a sure one (0.6 at the top) and an unsure one (0.3): min_p = 0.5 keeps 1 and 3 tokens.

@@ -1,6 +1,6 @@
 """Check of ``mla_cache_bytes(batch, seq_len, num_layers, kv_lora_rank, qk_rope_head_dim, bytes_per_elem)`` → int."""
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case
+from course.protocols import Case
 from solutions.rope_mla import mla_cache_bytes
 
 _ARGS = ("batch", "seq_len", "num_layers", "kv_lora_rank", "qk_rope_head_dim", "bytes_per_elem")

@@ -10,7 +10,7 @@ from autograder.engine.checks import ATTENTION_BASICS
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case, call_module
+from course.protocols import Case, call_module
 from solutions.attention_basics import causal_mask, masked_softmax, padding_mask
 from solutions.multi_head import MultiHeadAttention, merge_heads, split_heads
 

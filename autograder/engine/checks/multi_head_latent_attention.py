@@ -11,7 +11,7 @@ from autograder.engine.checks import apply_rope as apply_rope_check
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case, call_latent_decoder
+from course.protocols import Case, call_latent_decoder
 from solutions.attention_basics import masked_softmax
 
 # The mistakes below decode with the LatentKVCache found among this module's names (protocols.neighbour).

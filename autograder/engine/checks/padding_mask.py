@@ -1,8 +1,8 @@
 """Check of ``padding_mask(attention_mask)``: ``[B, Tk]`` of 0/1 → bool ``[B, 1, 1, Tk]``."""
 import torch
 
-from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case
+from autograder.engine.model import Exercise, Mistake, public
+from course.protocols import Case
 from solutions.attention_basics import padding_mask
 
 
@@ -12,13 +12,13 @@ def _case(rows, dtype=torch.long, note=""):
 
 
 def cases() -> list[Case]:
-    return [
+    return public([
         _case([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], note="：第二句后面补了两个 pad"),
         _case([[1, 1, 1, 1]]),
         _case([[0, 0, 1, 1], [1, 1, 1, 1], [0, 1, 1, 1]], note="：左侧 padding"),
         _case([[1, 0, 1]], dtype=torch.int32),
         _case([[True, True, False]], dtype=torch.bool),
-    ]
+    ], 0, 2, 4)
 
 
 def _keep(m):

@@ -9,8 +9,8 @@ from autograder.engine.checks import ATTENTION_BASICS
 from autograder.engine.inputs.modules import linear_weights, padding_query_rows
 from autograder.engine.inputs.seeded import dtype_name, generator, randn
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import LAYER_STAGES, Case, call_layer
 from course import qwen35_weights as checkpoint
+from course.protocols import LAYER_STAGES, Case, call_layer
 from course.qwen35 import PROMPT, PROMPT_IDS
 from solutions.qwen35_attention import Qwen35Attention, ZeroCenteredRMSNorm, apply_partial_rope, rope_cos_sin
 

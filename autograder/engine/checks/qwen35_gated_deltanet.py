@@ -10,10 +10,10 @@ import torch.nn.functional as F
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import DELTANET_STAGES, Case, call_recurrent_decoder
-from autograder.engine.tolerances import Tolerance
 from course import qwen35_weights as checkpoint
+from course.protocols import DELTANET_STAGES, Case, call_recurrent_decoder
 from course.qwen35 import PROMPT, PROMPT_IDS
+from course.tolerances import Tolerance
 
 # The mistakes below decode with the GatedDeltaNetCache found among this module's names (protocols.neighbour).
 from solutions.gated_deltanet import (

@@ -4,7 +4,7 @@ import torch
 
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case
+from course.protocols import Case
 from solutions.gqa_kv_cache import repeat_kv
 
 

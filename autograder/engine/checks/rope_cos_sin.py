@@ -2,8 +2,8 @@
 import torch
 
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case
-from autograder.engine.tolerances import Tolerance
+from course.protocols import Case
+from course.tolerances import Tolerance
 from solutions.rope_mla import rope_cos_sin
 
 # Angles reach position × 1 rad; float32 holds them to about position × 6e-8, so the bound grows

@@ -10,7 +10,7 @@ import torch
 from autograder.engine.combined import variants
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case
+from course.protocols import Case
 from solutions.real_model import sampling_probs
 
 # Five tokens, three rows with distinct logits: small enough to work out by hand (row 0 gives

@@ -5,8 +5,8 @@ from torch import nn
 
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
 from autograder.engine.model import Exercise, Mistake
-from autograder.engine.protocols import Case, call_norm
-from autograder.engine.tolerances import Tolerance
+from course.protocols import Case, call_norm
+from course.tolerances import Tolerance
 from solutions.qwen35_attention import ZeroCenteredRMSNorm
 
 TOLERANCES = {

@@ -11,8 +11,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from autograder.engine import protocols
-from course import llama, smollm2
+from course import llama, protocols, smollm2
 from solutions.real_model import LlamaAttention
 
 LAYER = 16  # a layer with a clear previous-token head (head 0) next to heads that mostly look at the first token

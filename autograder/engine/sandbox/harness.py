@@ -12,8 +12,7 @@ from dataclasses import replace
 
 import torch
 
-from autograder.engine import limits, protocols, torch_errors
-from autograder.engine.errors import GraderProblem
+from autograder.engine import limits
 from autograder.engine.sandbox.report import (
     DTYPES,
     INTS,
@@ -28,9 +27,10 @@ from autograder.engine.sandbox.report import (
     shape_fits,
 )
 from autograder.engine.student_code import Cell, StudentCode, student_code
-from course import inplace
+from course import inplace, protocols, torch_errors
+from course.errors import GraderProblem
 
-NOT_IMPLEMENTED = "还没有实现（not yet implemented）"
+NOT_IMPLEMENTED = torch_errors.NOT_IMPLEMENTED
 GRADING_PACKAGES = ("autograder", "solutions")
 TOO_MUCH_TEXT = (f"交回的结果里的名字、字符串或数据项太多（超过 {limits.HEADER_BYTES // 2**20} MiB），被停止了："
                  "返回值里是不是有特别长的字符串，或者特别长的 list？")
@@ -206,9 +206,7 @@ def describe_error(exc: BaseException, code: StudentCode, name: str) -> ErrorInf
         return ErrorInfo("内存不够：代码申请的内存超出了评分的上限。是不是建了一个特别大的张量？", where)
     if isinstance(exc, NameError) and not isinstance(exc, UnboundLocalError):
         return _name_error(exc, code, where)
-    text = str(exc).strip().splitlines()
-    first = text[0][:300] if text else ""
-    return ErrorInfo(f"运行出错：{type(exc).__name__}: {first}", where)
+    return ErrorInfo(torch_errors.summary(exc), where)
 
 
 def _raised_by_the_grader(exc: BaseException) -> bool:
@@ -227,26 +225,6 @@ def _raised_by_the_grader(exc: BaseException) -> bool:
     return type(exc) is GraderProblem and bool(frames) and frames[-1][0].f_code.co_filename in protocols.FILES
 
 
-def _inputs(call: str, code, case) -> list[tuple[str, object]]:
-    """Every input of ``case``, its positional arguments and then its keyword arguments, named as the notebook's
-    own check names an input it finds changed (``course.inplace.named``): by the parameter of the code under test
-    that the protocol hands it to (``protocols.HANDED``), else by position and keyword. The code's signature is the
-    student's to write: whatever looking at it raises, the names fall back to positions."""
-    method, order, keywords = protocols.HANDED.get(call, (None, range(len(case.args)), {}))
-    names = [f"第 {i + 1} 个参数" for i in range(len(case.args))]
-    try:
-        stand_ins = [object() for _ in order]
-        by_keyword = {key: object() for key in keywords}
-        found = {id(value): name for name, value in
-                 inplace.named(code if method is None else getattr(code, method), tuple(stand_ins), by_keyword)}
-        for stand_in, position in [*zip(stand_ins, order), *((by_keyword[key], keywords[key]) for key in keywords)]:
-            if position is not None and id(stand_in) in found:
-                names[position] = found[id(stand_in)]
-    except BaseException:  # noqa: BLE001 - the student's signature, or a class's __getattr__, raised
-        pass
-    return [*zip(names, case.args), *((f"参数 {key}", value) for key, value in case.kwargs.items())]
-
-
 def _size(value) -> int:
     if isinstance(value, torch.Tensor):
         return value.numel() * value.element_size()
@@ -261,7 +239,7 @@ def _call_each(call, student, cases: list, code: StudentCode, name: str) -> tupl
     """One outcome per case, in order, until a case stops the run (an error, or outputs over the cap)."""
     outcomes, size = [], 0
     for case in cases:
-        given = _inputs(call.__name__, student, case)
+        given = protocols.handed_inputs(call.__name__, student, case)
         before = [inplace.copies(value) for _, value in given]
         try:
             got = plain(call(student, case))

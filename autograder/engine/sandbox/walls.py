@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.engine import limits
-from autograder.engine.errors import GraderProblem
 from autograder.engine.sandbox import syscall_filter
 from autograder.engine.sandbox.policy import LIST, READ, Limits, Policy
+from course.errors import GraderProblem
 
 try:
     import resource

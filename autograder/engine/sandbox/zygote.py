@@ -25,10 +25,10 @@ import sys
 import time
 
 from autograder.engine import limits
-from autograder.engine.errors import GraderProblem
 from autograder.engine.sandbox import wire
 from autograder.engine.sandbox.held_cases import Held
 from autograder.engine.sandbox.walls import Walls
+from course.errors import GraderProblem
 
 _READY = b"W"  # written by the child once its walls are up: anything that fails before it is the grader's
 _SETUP_FAILED = b"S"

@@ -2,8 +2,8 @@
 autograd, as training would, each pass under the tile watch of the function it stands for."""
 import torch
 
-from autograder.engine.protocols.case import Case
-from autograder.engine.protocols.watches import TileWatch
+from course.protocols.case import Case
+from course.protocols.watches import TileWatch
 
 
 def call_autograd(cls, case: Case) -> tuple:

@@ -7,8 +7,8 @@ import functools
 
 import torch
 
-from autograder.engine.protocols.case import Case
-from autograder.engine.protocols.recurrent import call_rule
+from course.protocols.case import Case
+from course.protocols.recurrent import call_rule
 
 
 def call_blockwise(fn, case: Case):

@@ -8,7 +8,7 @@ import sys
 import torch
 from torch import nn
 
-from autograder.engine.protocols.case import Case, build, neighbour, pair
+from course.protocols.case import Case, build, neighbour, pair
 
 
 def call_module(cls, case: Case):

@@ -6,8 +6,8 @@ import inspect
 import torch
 from torch import nn
 
-from autograder.engine.protocols.case import Case, build, neighbour, pair
-from autograder.engine.protocols.modules import feed, pair_out, watching_returns
+from course.protocols.case import Case, build, neighbour, pair
+from course.protocols.modules import feed, pair_out, watching_returns
 
 # What ``call_recurrent_decoder`` records on the way through a Gated DeltaNet layer run whole: what the notebook's
 # steps (methods of the layer) returned, and the gated norm's output, for locating the first step that differs.

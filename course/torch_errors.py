@@ -2,6 +2,9 @@
 tensors of an attention layer, and what to check. ``explain`` reads only the error's text."""
 import re
 
+# The verdict on an exercise still raising the released ``NotImplementedError()``.
+NOT_IMPLEMENTED = "还没有实现（not yet implemented）"
+
 # PyTorch's own NotImplementedError for an operation with no kernel for a dtype (the harness tells it from an
 # exercise left unwritten by this).
 NO_KERNEL = r"\"?(\w+)\"? not implemented for '(\w+)'"
@@ -134,3 +137,9 @@ def explain(message: str, works_in_float32: bool = False) -> str | None:
         if found:
             return say(found)
     return None
+
+
+def summary(error: BaseException) -> str:
+    """The first line of what the student's code raised, as a verdict's summary says it."""
+    text = str(error).strip().splitlines()
+    return f"运行出错：{type(error).__name__}: {text[0][:300] if text else ''}"

@@ -15,17 +15,18 @@ run whole or decoded through a cache), ``generation`` (07's loops in the real mo
 computes: block by block, chunk by chunk, tile by tile), ``recurrent`` (08's rules, conv and layer, continued from a
 state), ``autograd`` (09's ``torch.autograd.Function``, run forward and backward).
 """
-from autograder.engine.protocols import autograd, case, generation, modules, recurrent, watches
-from autograder.engine.protocols.autograd import call_autograd
-from autograder.engine.protocols.case import STUDENT_MODULE, Case, build, call_function, map_tensors, neighbour, pair
-from autograder.engine.protocols.generation import (
+from course import inplace
+from course.protocols import autograd, case, generation, modules, recurrent, watches
+from course.protocols.autograd import call_autograd
+from course.protocols.case import STUDENT_MODULE, Case, build, call_function, map_tensors, neighbour, pair
+from course.protocols.generation import (
     GLOBAL_SEED_OFFSET,
     call_beam,
     call_generate,
     call_sample_generate,
     real_model,
 )
-from autograder.engine.protocols.modules import (
+from course.protocols.modules import (
     LAYER_STAGES,
     call_absorbed_decoder,
     call_cache,
@@ -35,14 +36,14 @@ from autograder.engine.protocols.modules import (
     call_module,
     call_norm,
 )
-from autograder.engine.protocols.recurrent import (
+from course.protocols.recurrent import (
     DELTANET_STAGES,
     call_conv,
     call_recurrent_decoder,
     call_rule,
     kept_state,
 )
-from autograder.engine.protocols.watches import (
+from course.protocols.watches import (
     PerPosition,
     TilesNotSkipped,
     TileTooLarge,
@@ -55,7 +56,7 @@ from autograder.engine.protocols.watches import (
 __all__ = ["DELTANET_STAGES", "FILES", "GLOBAL_SEED_OFFSET", "HANDED", "LAYER_STAGES", "PROTOCOLS", "PULLED", "STUDENT_MODULE", "Case", "PerPosition",
            "TileTooLarge", "TilesNotSkipped", "WholeScores", "build", "call_absorbed_decoder", "call_autograd", "call_beam", "call_blockwise", "call_cache", "call_chunkwise", "call_conv",
            "call_decoder", "call_function", "call_generate", "call_latent_decoder", "call_layer", "call_module",
-           "call_norm", "call_recurrent_decoder", "call_rule", "call_sample_generate", "call_tiled", "kept_state", "map_tensors",
+           "call_norm", "call_recurrent_decoder", "call_rule", "call_sample_generate", "call_tiled", "handed_inputs", "kept_state", "map_tensors",
            "neighbour", "pair", "real_model"]
 
 PROTOCOLS = {fn.__name__: fn for fn in (call_function, call_blockwise, call_module, call_decoder, call_latent_decoder,
@@ -88,6 +89,27 @@ HANDED = {
     "call_beam": (None, (None, 1, 2, 3), {}),
     "call_cache": ("update", (), {}),
 }
+
+
+def handed_inputs(call: str, code, case) -> list[tuple[str, object]]:
+    """Every input of ``case``, its positional arguments and then its keyword arguments, named as the notebook's
+    own check names an input it finds changed (``course.inplace.named``): by the parameter of the code under test
+    that the protocol hands it to (``HANDED``), else by position and keyword. The code's signature is the
+    student's to write: whatever looking at it raises, the names fall back to positions."""
+    method, order, keywords = HANDED.get(call, (None, range(len(case.args)), {}))
+    names = [f"第 {i + 1} 个参数" for i in range(len(case.args))]
+    try:
+        stand_ins = [object() for _ in order]
+        by_keyword = {key: object() for key in keywords}
+        found = {id(value): name for name, value in
+                 inplace.named(code if method is None else getattr(code, method), tuple(stand_ins), by_keyword)}
+        for stand_in, position in [*zip(stand_ins, order), *((by_keyword[key], keywords[key]) for key in keywords)]:
+            if position is not None and id(stand_in) in found:
+                names[position] = found[id(stand_in)]
+    except BaseException:  # noqa: BLE001 - the student's signature, or a class's __getattr__, raised
+        pass
+    return [*zip(names, case.args), *((f"参数 {key}", value) for key, value in case.kwargs.items())]
+
 
 # The source files of the protocols' code: a ``GraderProblem`` raised on a line of one of them is the grader's.
 FILES = frozenset(module.__file__ for module in (autograd, case, generation, modules, recurrent, watches))

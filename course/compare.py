@@ -10,7 +10,11 @@ from dataclasses import dataclass
 
 import torch
 
-from autograder.engine.tolerances import Tolerance
+from course.tolerances import Tolerance
+
+# A wrong output's kind, as a verdict's summary line says it ("没有通过：shape 不对").
+SUMMARY = {"type": "返回值的类型不对", "length": "返回值的个数不对", "shape": "shape 不对", "dtype": "dtype 不对",
+           "nan": "输出里有 NaN", "values": "数值不对", "free": "输出里有 NaN 或 inf"}
 
 
 @dataclass(frozen=True)

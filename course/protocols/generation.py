@@ -7,8 +7,8 @@ import threading
 import torch
 from torch import nn
 
-from autograder.engine.errors import GraderProblem
-from autograder.engine.protocols.case import Case, layout_problems, neighbour
+from course.errors import GraderProblem
+from course.protocols.case import Case, layout_problems, neighbour
 
 
 def call_generate(fn, case: Case) -> tuple:

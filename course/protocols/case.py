@@ -8,7 +8,7 @@ import torch
 from safetensors import SafetensorError
 from torch import nn
 
-from autograder.engine.errors import GraderProblem
+from course.errors import GraderProblem
 from course.stored_tensors import StoredTensors
 
 
@@ -27,11 +27,14 @@ def map_tensors(value, fn):
 
 @dataclass(frozen=True)
 class Case:
-    """One call of the code under test: ``label`` tells the student what was tried."""
+    """One call of the code under test: ``label`` tells the student what was tried. A ``public`` case is also
+    tried by the notebook's visible check (``course.checking``), which ships its inputs and the outputs the grader
+    expects on it; the others never leave the grader."""
 
     label: str
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
+    public: bool = False
 
     @property
     def dtype(self) -> torch.dtype:

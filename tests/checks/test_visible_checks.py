@@ -1,0 +1,129 @@
+"""The notebooks' visible checks (``course.checking``) are the grader's public cases: each case a checks file
+ships is a grader case marked public, with the reference's output the grader computes; a check cell is the one
+line ``check("name")``; and the check agrees with the grader on the simulated students of ``tests/students``:
+correct code (every way it is written) passes, the released stub is "not yet implemented", every seeded mistake
+fails, and where the check names a mistake it is the one the grader names. Then a ✓ in the notebook is a promise
+the grader keeps, and a ✗ says what the grader will say."""
+import types
+
+import jupytext
+import nbformat
+import pytest
+import torch
+from nbclient import NotebookClient
+
+from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
+from autograder.engine.judging import reference_result
+from autograder.engine.sandbox.harness import NOT_IMPLEMENTED
+from course import checking, layout
+from course.compare import compare
+from course.layout import ROOT as REPO
+from course.tolerances import Tolerance
+from tests.students import BY_ASSIGNMENT
+
+CHECKED = [a for a in ASSIGNMENTS if (REPO / layout.RELEASE / a / layout.CHECKS).is_file()]
+
+
+def _data(assignment: str) -> dict:
+    return checking.load(REPO / layout.RELEASE / assignment / layout.CHECKS)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, (tuple, list)):
+        return isinstance(b, (tuple, list)) and len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def test_some_assignments_have_visible_checks_from_public_cases():
+    assert {"01_attention_basics"} <= set(CHECKED)
+
+
+@pytest.mark.parametrize("assignment", CHECKED)
+def test_each_public_case_is_a_grader_case_with_the_graders_reference(assignment):
+    data = _data(assignment)
+    assert set(data) == {e.name for e in ASSIGNMENTS[assignment]}, "every exercise of a checked assignment has public cases"
+    for name, exercise_data in data.items():
+        exercise = EXERCISES[name]
+        public = [case for case in exercise.made_cases() if case.public]
+        assert [c["label"] for c in exercise_data["cases"]] == [case.label for case in public], name
+        assert exercise_data["hidden"] == len(exercise.made_cases()) - len(public) > 0, name
+        for stored, case in zip(exercise_data["cases"], public):
+            assert _same(stored["args"], case.args) and _same(stored["kwargs"], case.kwargs), (name, case.label)
+            expected = exercise.graded(reference_result(exercise, case))
+            assert compare(expected, stored["expected"], torch.float64, Tolerance(1e-12, 1e-9)) is None, (name, case.label)
+
+
+@pytest.mark.parametrize("assignment", CHECKED)
+def test_a_check_cell_is_one_call_of_the_shared_public_cases(assignment):
+    nb = jupytext.read(REPO / layout.SOURCE / assignment / f"{assignment}.py")
+    visible = {tag.removeprefix("tests:"): cell.source.split("### BEGIN HIDDEN TESTS")[0].strip()
+               for cell in nb.cells for tag in cell.metadata.get("tags", []) if tag.startswith("tests:")}
+    assert visible == {e.name: f'from course.checking import check\ncheck("{e.name}")' for e in ASSIGNMENTS[assignment]}
+
+
+def _verdict(module, assignment: str, name: str, replace: dict):
+    """What the check of ``name`` says on the student's notebook with ``replace`` (None: ✓)."""
+    namespace = {}
+    exec(compile(module.source(replace), f"<{assignment}>", "exec"), namespace)
+    notebook = types.ModuleType("notebook")
+    vars(notebook).update(namespace)
+    data = _data(assignment)[name]
+    found = checking.judge(data, namespace[data["definition"]], notebook)
+    return None if found is None else found[0]
+
+
+STUDENTS = [(BY_ASSIGNMENT[a], name) for a in CHECKED for name in BY_ASSIGNMENT[a].CORRECT if name in _data(a)]
+
+
+@pytest.mark.parametrize("module, name", STUDENTS, ids=[f"{m.ASSIGNMENT[:2]}-{name}" for m, name in STUDENTS])
+def test_the_check_passes_correct_code_and_calls_the_stub_not_implemented(module, name):
+    assert _verdict(module, module.ASSIGNMENT, name, {}) is None
+    assert _verdict(module, module.ASSIGNMENT, name, {name: module.STUBS[name]}) == NOT_IMPLEMENTED
+    for exercise, how, code in module.OTHER_CORRECT:
+        if exercise == name:
+            assert _verdict(module, module.ASSIGNMENT, name, {name: code}) is None, how
+
+
+SEEDED = [(BY_ASSIGNMENT[a], *mistake) for a in CHECKED for mistake in BY_ASSIGNMENT[a].MISTAKES if mistake[0] in _data(a)]
+
+
+@pytest.mark.parametrize("module, name, want, code", SEEDED, ids=[f"{m.ASSIGNMENT[:2]}-{n}-{w}" for m, n, w, _ in SEEDED])
+def test_the_check_fails_every_seeded_mistake_and_names_none_but_the_graders(module, name, want, code):
+    said = _verdict(module, module.ASSIGNMENT, name, {name: code})
+    assert said is not None, f"the check passes what the grader fails ({want})"
+    # A mistake of the catalogue given as code or as an error pattern has what the check needs to name it; one
+    # given as a test of the output (``Mistake.matches``) is code the checks file does not ship.
+    nameable = any(want in m.name and (m.fn is not None or m.error) for m in EXERCISES[name].mistakes)
+    assert want in said if nameable else (want in said or "看起来是：" not in said), said
+
+
+_KERNEL_CELLS = [
+    "import torch",
+    # the student's own helper, in a cell of its own below the function that calls it
+    "def causal_mask(q_len, k_len=None, window=None):\n    return ones_below(q_len, k_len or q_len, window)",
+    "def ones_below(q_len, k_len, window):\n    return torch.ones(q_len, k_len).tril(k_len - q_len) > 0.5",
+    'from course.checking import check\ncheck("causal_mask")',
+    "def ones_below(q_len, k_len, window):\n    return torch.ones(q_len, k_len).tril(k_len - q_len - 1) > 0.5",
+    'check("causal_mask")',
+    "def ones_below(q_len, k_len, window):\n    return torch.ones(q_len, k_len).tril(k_len - q_len) @ torch.ones(2, 3)",
+    'check("causal_mask")',
+]
+
+
+@pytest.mark.slow  # a kernel: about 5 s
+def test_in_a_kernel_a_check_shows_the_students_frames_and_the_graders_words(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in _KERNEL_CELLS])
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    said = ["".join(o.get("text", "") for o in cell.outputs) + "\n".join(
+        line for o in cell.outputs if o.output_type == "error" for line in o.traceback) for cell in nb.cells]
+    # a window the code ignores: the worked-out public cases up to the window pass, the window's fail
+    assert "causal_mask：没有通过：没有用 window" in said[3], said[3]
+    assert "causal_mask：没有通过：对角线被遮住了" in said[5] and "看起来是：对角线被遮住了" in said[5], said[5]
+    assert "运行出错：RuntimeError: mat1 and mat2 shapes cannot be multiplied" in said[7], said[7]
+    assert "这是什么意思：矩阵乘法两边对不上" in said[7] and "ones_below" in said[7], said[7]
+    assert all("checking.py" not in text for text in said), "the check's own frames are hidden"
