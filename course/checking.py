@@ -17,6 +17,7 @@ import sys
 import traceback
 import types
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -30,6 +31,16 @@ from course.tolerances import Tolerance
 FORMAT = 1  # of the file: a check refuses a file of another format rather than misread it
 MUTATED = "原地修改了输入"
 SAME = "same as expected"  # a mistake's output on a case where it gives what the reference gives
+RAISES = "raises"  # ... on a case where it raises
+
+
+class Failure(NamedTuple):
+    """Why a check fails: the grader's message, what the student's code raised (None for a wrong output), and
+    the known mistake the message names ("" for none)."""
+
+    message: str
+    cause: BaseException | None = None
+    mistake: str = ""
 
 
 class CheckFailed(AssertionError):
@@ -54,7 +65,6 @@ def check(name: str) -> None:
     """Run exercise ``name``'s public cases on the notebook's definition of it (looked up in the globals of the
     cell that calls this) and print ✓, or raise ``CheckFailed`` saying what the grader would say."""
     __tracebackhide__ = True  # IPython shows the student's frames and the message, not this module's
-    data = exercise_data(name)
     space = sys._getframe(1).f_globals
     main = sys.modules.get("__main__")
     if main is not None and vars(main) is space:  # a Jupyter kernel's notebook
@@ -62,20 +72,92 @@ def check(name: str) -> None:
     else:
         notebook = types.ModuleType(protocols.STUDENT_MODULE)
         vars(notebook).update(space)
-    definition = data["definition"]
-    if not hasattr(notebook, definition):
-        raise CheckFailed(f"notebook 里还没有 `{definition}` 的定义：先运行上面写 {definition} 的那个单元格，再运行这个检查。")
-    failure = judge(data, getattr(notebook, definition), notebook)
+    failure = verdict(name, notebook)
     if failure is not None:
-        message, cause = failure
-        raise CheckFailed(f"{name}：{message}") from cause
+        raise CheckFailed(f"{name}：{failure.message}") from failure.cause
+    data = exercise_data(name)
     print(f"✓ {name}：{len(data['cases'])} 个公开用例都对（评分时还有 {data['hidden']} 个不公开的用例）")
 
 
-def judge(data: dict, code, notebook: types.ModuleType) -> "tuple[str, BaseException | None] | None":
-    """None when ``code`` passes every public case of ``data`` (one exercise of a checks file); else the
-    message and the error that caused it (None for a wrong output). ``notebook`` holds the notebook's other
-    definitions, which the protocols look up (``protocols.neighbour``)."""
+def verdict(name: str, notebook: types.ModuleType) -> Failure | None:
+    """None when the definition of exercise ``name`` in ``notebook`` passes its public cases, else why not; a
+    wrong answer on exercises it builds on that fail their own public cases is put down to them first, as the
+    grader does."""
+    data = exercise_data(name)
+    definition = data["definition"]
+    if not hasattr(notebook, definition):
+        return Failure(f"notebook 里还没有 `{definition}` 的定义：先运行上面写 {definition} 的那个单元格，再运行这个检查。")
+    code = getattr(notebook, definition)
+    failure = judge(data, code, notebook)
+    if failure is None or failure.message == torch_errors.NOT_IMPLEMENTED:
+        return failure
+    broken = _broken_bases(data, code, notebook)
+    return Failure(_on_a_broken_base(broken, failure.message), failure.cause) if broken else failure
+
+
+def _broken_bases(data: dict, code, notebook: types.ModuleType) -> list[tuple[str, str]]:
+    """The exercises this one builds on (``uses``) that the notebook's code reaches and that fail their own
+    public cases, with the first line of what their checks say: as the grader does, a wrong answer on a broken
+    base is put down to the base first."""
+    found = _all_checks()
+    reached = _reached(code, notebook)
+    broken = []
+    for name in data["uses"]:
+        base = found.get(name)
+        if base is None or base["definition"] not in reached or not hasattr(notebook, base["definition"]):
+            continue
+        failure = judge(base, getattr(notebook, base["definition"]), notebook)
+        if failure is not None:
+            broken.append((name, failure.message.splitlines()[0]))
+    return broken
+
+
+def _on_a_broken_base(broken: list[tuple[str, str]], message: str) -> str:
+    names = "、".join(name for name, _ in broken)
+    it = "它" if len(broken) == 1 else "它们"
+    case = next((line for line in message.splitlines() if line.startswith("用例：")), "")
+    return "\n".join([f"没有通过：用到的 {names} 还没通过它自己的检查",
+                      f"这一题的代码用到了你自己写的 {names}，{it}在自己的检查里没有通过。先让 {names} 通过：在没通过的基础上，"
+                      "这一题也对不了，所以这一题自己的错因先不诊断。",
+                      *(f"{name} 的检查：{said}" for name, said in broken),
+                      *([f"这一题第一个没通过的{case}"] if case else [])])
+
+
+def _reached(code, notebook: types.ModuleType) -> set[str]:
+    """The notebook's names that ``code`` (a function or a class) uses, directly or through the notebook's other
+    functions and classes it uses."""
+    seen: set[str] = set()
+    todo = [code]
+    while todo:
+        for name in _names_used(todo.pop()):
+            if name not in seen and hasattr(notebook, name):
+                seen.add(name)
+                found = getattr(notebook, name)
+                if isinstance(found, type) or hasattr(found, "__code__"):
+                    todo.append(found)
+    return seen
+
+
+def _names_used(code) -> set[str]:
+    """The global names read by a function's code (unwrapped) or by a class's methods, nested code included."""
+    objects = [vars(code).get(k) for k in vars(code)] if isinstance(code, type) else [code]
+    codes = []
+    for thing in objects:
+        thing = getattr(thing, "__func__", thing)  # staticmethod, classmethod
+        thing = getattr(thing, "__wrapped__", thing)
+        if hasattr(thing, "__code__"):
+            codes.append(thing.__code__)
+    names: set[str] = set()
+    while codes:
+        current = codes.pop()
+        names.update(current.co_names)
+        codes.extend(const for const in current.co_consts if isinstance(const, types.CodeType))
+    return names
+
+
+def judge(data: dict, code, notebook: types.ModuleType) -> Failure | None:
+    """None when ``code`` passes every public case of ``data`` (one exercise of a checks file), else why not.
+    ``notebook`` holds the notebook's other definitions, which the protocols look up (``protocols.neighbour``)."""
     saved = sys.modules.get(protocols.STUDENT_MODULE)
     sys.modules[protocols.STUDENT_MODULE] = notebook
     try:
@@ -87,14 +169,14 @@ def judge(data: dict, code, notebook: types.ModuleType) -> "tuple[str, BaseExcep
             sys.modules[protocols.STUDENT_MODULE] = saved
     for index, (case, outcome) in enumerate(zip(data["cases"], outcomes)):
         if isinstance(outcome, BaseException):
-            return _raised(data, case, outcome), outcome
+            return _raised(data, case, outcome)
         got, changed = outcome
         problem = _problem(data, case, got)
         if problem is None and changed:
-            return (f"没有通过：{MUTATED}\n用例：{case['label']}\n{inplace.said(changed)}\n看起来是：{MUTATED}。"
-                    f"{inplace.HINT}"), None
+            return Failure(f"没有通过：{MUTATED}\n用例：{case['label']}\n{inplace.said(changed)}\n看起来是：{MUTATED}。"
+                           f"{inplace.HINT}", mistake=MUTATED)
         if problem is not None:
-            return _wrong(data, outcomes, index, problem, changed), None
+            return _wrong(data, outcomes, index, problem, changed)
     return None
 
 
@@ -103,7 +185,8 @@ def _run(data: dict, code) -> list:
     call = protocols.PROTOCOLS[data["call"]]
     outcomes = []
     for stored in data["cases"]:
-        case = Case(stored["label"], inplace.copies(stored["args"]), inplace.copies(stored["kwargs"]), public=True)
+        case = Case(stored["label"], decoded(inplace.copies(stored["args"])), decoded(inplace.copies(stored["kwargs"])),
+                    public=True)
         given = protocols.handed_inputs(data["call"], code, case)
         before = [inplace.copies(value) for _, value in given]
         try:
@@ -130,7 +213,7 @@ def _problem(data: dict, case: dict, got):
     mismatch = compare(_graded(data, got), case["expected"], _dtype(case), Tolerance(*case["tolerance"]),
                        names=data["output_names"], free=case["free"])
     if mismatch is None and data["verify"]:
-        return RULES[data["verify"]](Case(case["label"], case["args"], case["kwargs"]), got)
+        return RULES[data["verify"]](Case(case["label"], decoded(case["args"]), decoded(case["kwargs"])), got)
     return mismatch
 
 
@@ -141,36 +224,47 @@ def _agrees(data: dict, case: dict, got, wrong) -> bool:
 
 
 def _named(data: dict, outcomes: list, index: int) -> "tuple[str, str] | None":
-    """The first named mistake whose stored outputs give the student's on case ``index`` and agree with every
-    other public case that returned, where it defines one."""
+    """The first named mistake, in the catalogue's order, whose stored outputs give the student's on case
+    ``index`` and agree with every other public case that returned where it defines one; when the student's code
+    then raised, a mistake that does not raise on that case too only fits the cases that ran, and is passed over
+    (the grader's ``diagnosis.diagnose``)."""
     returned = [(case, outcome[0]) for case, outcome in zip(data["cases"], outcomes) if not isinstance(outcome, BaseException)]
+    raised_on = data["cases"][len(returned)] if len(returned) < len(outcomes) else None
     for which, (name, hint, _) in enumerate(data["mistakes"]):
         wrong = data["cases"][index]["mistakes"].get(which)
-        if wrong is None or not _agrees(data, data["cases"][index], returned[index][1], wrong):
+        if wrong is None or _raises(wrong) or not _agrees(data, data["cases"][index], returned[index][1], wrong):
             continue
-        if all(case["mistakes"].get(which) is None or _agrees(data, case, got, case["mistakes"][which])
-               for case, got in returned):
-            return name, hint
+        if not all(_raises(gives := case["mistakes"].get(which)) or gives is None or _agrees(data, case, got, gives)
+                   for case, got in returned):
+            continue
+        if raised_on is not None and not _raises(raised_on["mistakes"].get(which)):
+            continue
+        return name, hint
     return None
 
 
-def _wrong(data: dict, outcomes: list, index: int, problem, changed) -> str:
+def _raises(stored) -> bool:
+    return isinstance(stored, str) and stored == RAISES
+
+
+def _wrong(data: dict, outcomes: list, index: int, problem, changed) -> Failure:
     case = data["cases"][index]
     text, kind = (problem.text, problem.kind) if hasattr(problem, "kind") else (problem, "values")
     lines = [f"用例：{case['label']}", text]
     named = _named(data, outcomes, index) or ((MUTATED, inplace.HINT) if changed else None)
     if named:
         lines.append(f"看起来是：{named[0]}。{named[1]}")
-    return f"没有通过：{named[0] if named else SUMMARY[kind]}\n" + "\n".join(lines)
+    return Failure(f"没有通过：{named[0] if named else SUMMARY[kind]}\n" + "\n".join(lines),
+                   mistake=named[0] if named else "")
 
 
-def _raised(data: dict, case: dict, error: BaseException) -> str:
+def _raised(data: dict, case: dict, error: BaseException) -> Failure:
     """What the grader says when the code raised on ``case``: not yet implemented, the grader's own problem, a
     named mistake the error shows, or what the error means in the course's terms."""
     if isinstance(error, NotImplementedError) and not re.search(torch_errors.NO_KERNEL, str(error)):
-        return torch_errors.NOT_IMPLEMENTED
+        return Failure(torch_errors.NOT_IMPLEMENTED, error)
     if type(error) is GraderProblem:
-        return f"课程的文件出了问题，不是你的代码的问题：{error}"
+        return Failure(f"课程的文件出了问题，不是你的代码的问题：{error}", error)
     summary = torch_errors.summary(error)
     lines = [f"用例：{case['label']}"]
     said = summary + "\n" + "\n".join(line for line in _lines_of(error))
@@ -181,12 +275,38 @@ def _raised(data: dict, case: dict, error: BaseException) -> str:
         meaning = torch_errors.explain(summary, data["works_in_float32"])
         if meaning:
             lines.append(f"这是什么意思：{meaning}")
-    return summary + "\n" + "\n".join(lines)
+    return Failure(summary + "\n" + "\n".join(lines), error, mistake[0] if mistake else "")
 
 
 def _lines_of(error: BaseException) -> list[str]:
     """The source lines of the traceback's frames (a named mistake's pattern may be in the student's line)."""
     return [frame.line or "" for frame in traceback.extract_tb(error.__traceback__)]
+
+
+_NAMESPACE = "__namespace__"
+
+
+def encoded(value):
+    """``value`` as a checks file holds it: a ``SimpleNamespace`` (a layer's config) as a marked dict, which
+    ``torch.load(weights_only=True)`` reads back; everything else as it is."""
+    if isinstance(value, types.SimpleNamespace):
+        return {_NAMESPACE: encoded(vars(value))}
+    if isinstance(value, (tuple, list)):
+        return type(value)(encoded(v) for v in value)
+    if isinstance(value, dict):
+        return {k: encoded(v) for k, v in value.items()}
+    return value
+
+
+def decoded(value):
+    """``encoded``'s inverse."""
+    if isinstance(value, dict):
+        if set(value) == {_NAMESPACE}:
+            return types.SimpleNamespace(**decoded(value[_NAMESPACE]))
+        return {k: decoded(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(decoded(v) for v in value)
+    return value
 
 
 def exercise_data(name: str) -> dict:

@@ -29,7 +29,7 @@ def exercise_data(exercise: Exercise) -> dict | None:
     return {
         "call": exercise.call.__name__, "definition": exercise.definition, "stages": bool(exercise.stages),
         "output_names": exercise.output_names, "verify": verify.__name__ if verify else None,
-        "works_in_float32": exercise.works_in_float32, "hidden": len(made) - len(public),
+        "works_in_float32": exercise.works_in_float32, "hidden": len(made) - len(public), "uses": exercise.uses,
         "mistakes": [(m.name, m.hint, m.error) for m in exercise.mistakes],
         "cases": [_case_data(exercise, case) for case in public],
     }
@@ -38,24 +38,30 @@ def exercise_data(exercise: Exercise) -> dict | None:
 def _case_data(exercise: Exercise, case) -> dict:
     expected = exercise.graded(reference_result(exercise, case))
     tolerance = exercise.tolerance(case.dtype)
-    return {"label": case.label, "args": case.args, "kwargs": case.kwargs, "expected": expected,
+    return {"label": case.label, "args": checking.encoded(case.args), "kwargs": checking.encoded(case.kwargs),
+            "expected": expected,
             "free": exercise.free_in(case), "tolerance": (tolerance.atol, tolerance.rtol),
             "mistakes": _mistakes_on(exercise, case, expected)}
 
 
 def _mistakes_on(exercise: Exercise, case, expected) -> dict[int, object]:
-    """Mistake index -> its output on ``case``, for the mistakes given as code that define the case's numbers:
-    not raising there, inside its ``tried_on``, and (run in float64) agreeing with their own result in the case's
-    dtype, as ``diagnosis`` requires before it counts a case against a mistake. An output that is the reference's
-    is written ``checking.SAME``; float64 ones are kept in float32, which is far inside every tolerance: the file
-    ships with the notebooks and stays small."""
+    """Mistake index -> what it gives on ``case``, for the mistakes given as code: ``checking.RAISES`` where it
+    raises; its output where it defines the case's numbers (inside its ``tried_on``, and run in float64 agreeing
+    with its own result in the case's dtype), as ``diagnosis`` requires before it counts a case against a mistake.
+    An output that is the reference's is written ``checking.SAME``; float64 ones are kept in float32, which is far
+    inside every tolerance: the file ships with the notebooks and stays small."""
     found = {}
     for index, mistake in enumerate(exercise.mistakes):
-        if mistake.fn is None or (mistake.tried_on is not None and not mistake.tried_on(case)):
+        if mistake.fn is None:
             continue
         wrong = diagnosis.output(exercise, mistake, case, mistake.native_dtype)
+        if wrong is RAISED:
+            found[index] = checking.RAISES
+            continue
+        if mistake.tried_on is not None and not mistake.tried_on(case):
+            continue
         native = wrong if mistake.native_dtype else diagnosis.output(exercise, mistake, case, True)
-        if wrong is not RAISED and native is not RAISED and diagnosis.agree(exercise, case, native, wrong):
+        if native is not RAISED and diagnosis.agree(exercise, case, native, wrong):
             same = diagnosis.agree(exercise, case, wrong, expected)
             found[index] = checking.SAME if same else map_tensors(wrong, _smaller)
     return found

@@ -166,26 +166,8 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
 
 
 # %% tags=["tests:linear_attention"]
-from course import inplace
-linear_attention = inplace.guard(linear_attention)  # as in grading: changing an input in place fails
-q_hand = torch.tensor([1.0, 2.0]).view(1, 1, 2, 1)  # [B=1, H=1, T=2, Dk=1]
-k_hand = torch.tensor([3.0, 4.0]).view(1, 1, 2, 1)
-v_hand = torch.tensor([5.0, 6.0]).view(1, 1, 2, 1)
-got = linear_attention(q_hand, k_hand, v_hand)
-assert got.shape == (1, 1, 2, 1), f"输出形状应是 [B, H, T, Dv] = (1, 1, 2, 1)，得到 {tuple(got.shape)}"
-# o_0 = (1·3)·5 = 15; o_1 = (2·3)·5 + (2·4)·6 = 30 + 48 = 78
-assert torch.allclose(got.flatten(), torch.tensor([15.0, 78.0])), \
-    f"应得到 [15, 78]（o_0 = 1·3·5，o_1 = 2·3·5 + 2·4·6），得到 {got.flatten().tolist()}：" \
-    "是不是做了 softmax、除了 √Dk，或者没保留对角线？"
-torch.manual_seed(0)
-q_r, k_r, v_r = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 6)
-got = linear_attention(q_r, k_r, v_r)
-assert got.shape == (2, 3, 5, 6), f"Dk = 4、Dv = 6 时输出应是 (2, 3, 5, 6)，得到 {tuple(got.shape)}"
-v_changed = v_r.clone()
-v_changed[:, :, -1] += 1.0
-assert torch.allclose(linear_attention(q_r, k_r, v_changed)[:, :, :-1], got[:, :, :-1]), \
-    "改了最后一个位置的 v，前面的输出也变了：上三角要置零（因果）"
-print("✓ linear_attention：小例子、形状和因果都对")
+from course.checking import check
+check("linear_attention")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -237,26 +219,8 @@ def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 
 
 # %% tags=["tests:linear_attention_recurrent"]
-from course import inplace
-linear_attention_recurrent = inplace.guard(linear_attention_recurrent)  # as in grading: changing an input in place fails
-got, state_hand = linear_attention_recurrent(q_hand, k_hand, v_hand)
-assert got.shape == (1, 1, 2, 1) and state_hand.shape == (1, 1, 1, 1), \
-    f"应返回 o (1, 1, 2, 1) 和 state [B, H, Dk, Dv] = (1, 1, 1, 1)，得到 {tuple(got.shape)}、{tuple(state_hand.shape)}"
-assert torch.allclose(got.flatten(), torch.tensor([15.0, 78.0])), \
-    f"和并行形式一样应得到 [15, 78]，得到 {got.flatten().tolist()}：先写入 k_t v_t 再读 o_t = q_t S（位置 t 要看到自己）"
-assert torch.allclose(state_hand.flatten(), torch.tensor([39.0])), \
-    f"最后的状态是 3·5 + 4·6 = 39，得到 {state_hand.flatten().tolist()}"
-o_rec, state_r = linear_attention_recurrent(q_r, k_r, v_r)
-assert state_r.shape == (2, 3, 4, 6), f"state 应是 [B, H, Dk, Dv] = (2, 3, 4, 6)，得到 {tuple(state_r.shape)}：k 在前，v 在后"
-assert torch.allclose(o_rec, linear_attention(q_r, k_r, v_r), atol=1e-5), "递推形式应和并行形式一样"
-o_first, state_first = linear_attention_recurrent(q_r[:, :, :2], k_r[:, :, :2], v_r[:, :, :2])
-o_rest, state_rest = linear_attention_recurrent(q_r[:, :, 2:], k_r[:, :, 2:], v_r[:, :, 2:], state=state_first)
-assert torch.allclose(torch.cat([o_first, o_rest], dim=2), o_rec, atol=1e-5) and torch.allclose(state_rest, state_r, atol=1e-5), \
-    "先算前 2 个位置、再从返回的 state 接着算，应和一次算完一样：state 不是 None 时要从它开始"
-o_bf16, state_bf16 = linear_attention_recurrent(q_r.bfloat16(), k_r.bfloat16(), v_r.bfloat16())
-assert o_bf16.dtype == torch.bfloat16 and state_bf16.dtype in (torch.bfloat16, torch.float32), \
-    f"输入是 bfloat16，返回的 o 应是 bfloat16，state 是 bfloat16 或 float32，得到 {o_bf16.dtype}、{state_bf16.dtype}"
-print("✓ linear_attention_recurrent：小例子、和并行形式一致、接着算和 dtype 都对")
+from course.checking import check
+check("linear_attention_recurrent")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -451,30 +415,8 @@ def delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Te
 
 
 # %% tags=["tests:delta_rule"]
-from course import inplace
-delta_rule = inplace.guard(delta_rule)  # as in grading: changing an input in place fails
-# One key (1, 0) written twice, first with value (1, 0), then with (0, 1); q reads the same key.
-key_twice = torch.tensor([[1.0, 0.0], [1.0, 0.0]]).view(1, 1, 2, 2)
-values_twice = torch.tensor([[1.0, 0.0], [0.0, 1.0]]).view(1, 1, 2, 2)
-got, _ = delta_rule(key_twice, key_twice, values_twice, torch.ones(1, 1, 2))
-assert got.shape == (1, 1, 2, 2), f"输出形状应是 (1, 1, 2, 2)，得到 {tuple(got.shape)}"
-assert torch.allclose(got[0, 0, 1], torch.tensor([0.0, 1.0]), atol=1e-6), \
-    f"β = 1 时第二次写入应覆盖第一次：读出 (0, 1)，得到 {got[0, 0, 1].tolist()}" \
-    "（线性注意力会得到 (1, 1)）：写入的是修正量 v_t − k_t S 吗？"
-got, _ = delta_rule(key_twice, key_twice, values_twice, torch.full((1, 1, 2), 0.5))
-# beta = 0.5: S = 0.5·(1, 0), then S += 0.5·((0, 1) − 0.5·(1, 0)) = (0.25, 0.5)
-assert torch.allclose(got[0, 0, 1], torch.tensor([0.25, 0.5]), atol=1e-6), \
-    f"β = 0.5 时应读出 (0.25, 0.5)，得到 {got[0, 0, 1].tolist()}：β 乘的是整个 (v_t − k_t S)，不只是 v_t"
-torch.manual_seed(2)
-beta_r = torch.rand(2, 3, 5)
-o_delta, state_delta = delta_rule(q_r, F.normalize(k_r, dim=-1), v_r, beta_r)
-assert o_delta.shape == (2, 3, 5, 6) and state_delta.shape == (2, 3, 4, 6), \
-    f"应返回 o (2, 3, 5, 6) 和 state (2, 3, 4, 6)，得到 {tuple(o_delta.shape)}、{tuple(state_delta.shape)}"
-o_a, state_a = delta_rule(q_r[:, :, :3], F.normalize(k_r, dim=-1)[:, :, :3], v_r[:, :, :3], beta_r[:, :, :3])
-o_b, state_b = delta_rule(q_r[:, :, 3:], F.normalize(k_r, dim=-1)[:, :, 3:], v_r[:, :, 3:], beta_r[:, :, 3:], state=state_a)
-assert torch.allclose(torch.cat([o_a, o_b], dim=2), o_delta, atol=1e-5) and torch.allclose(state_b, state_delta, atol=1e-5), \
-    "从返回的 state 接着算，应和一次算完一样"
-print("✓ delta_rule：覆盖、β 的位置、形状和接着算都对")
+from course.checking import check
+check("delta_rule")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -609,25 +551,8 @@ def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
 
 
 # %% tags=["tests:gated_delta_rule"]
-from course import inplace
-gated_delta_rule = inplace.guard(gated_delta_rule)  # as in grading: changing an input in place fails
-# Dk = Dv = 1, q = k = 1, v = (1, 1), exp(g) = (1, 0.5), beta = (1, 0.5):
-# t = 0: S = 1; t = 1: decay to 0.5, read 0.5, delta = 0.5·(1 − 0.5) = 0.25, S = 0.75.
-ones_2 = torch.ones(1, 1, 2, 1)
-g_hand = torch.log(torch.tensor([1.0, 0.5])).view(1, 1, 2)
-beta_hand = torch.tensor([1.0, 0.5]).view(1, 1, 2)
-got, state_hand = gated_delta_rule(ones_2, ones_2, ones_2, g_hand, beta_hand)
-assert got.shape == (1, 1, 2, 1) and state_hand.shape == (1, 1, 1, 1), \
-    f"应返回 o (1, 1, 2, 1) 和 state (1, 1, 1, 1)，得到 {tuple(got.shape)}、{tuple(state_hand.shape)}"
-assert torch.allclose(got.flatten(), torch.tensor([1.0, 0.75]), atol=1e-6), \
-    f"应得到 [1, 0.75]，得到 {got.flatten().tolist()}：0.5 说明衰减没有放在最前面（读 k_t S 和写入都用衰减后的 S）；" \
-    "0.153 说明乘的是 g 而不是 exp(g)"
-got_zero_g, _ = gated_delta_rule(q_r, F.normalize(k_r, dim=-1), v_r, torch.zeros(2, 3, 5), beta_r)
-assert torch.allclose(got_zero_g, o_delta, atol=1e-5), "g = 0（不衰减）时应和 delta_rule 一样"
-got_forget, _ = gated_delta_rule(q_r, F.normalize(k_r, dim=-1), v_r, torch.full((2, 3, 5), -1e4), torch.ones(2, 3, 5))
-assert torch.allclose(got_forget, (q_r * F.normalize(k_r, dim=-1)).sum(-1, keepdim=True) * v_r, atol=1e-5), \
-    "g = −1e4 时每一步先把状态清零，o_t 应只剩 (q_t·k_t) v_t（β = 1）"
-print("✓ gated_delta_rule：衰减的顺序、exp(g)、g = 0 和完全遗忘都对")
+from course.checking import check
+check("gated_delta_rule")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -767,36 +692,8 @@ def chunked_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
 
 # %% tags=["tests:chunked_gated_delta_rule"]
-from course import inplace
-chunked_gated_delta_rule = inplace.guard(chunked_gated_delta_rule)  # as in grading: changing an input in place fails
-got, state_hand_chunked = chunked_gated_delta_rule(ones_2, ones_2, ones_2, g_hand, beta_hand, chunk_size=2)
-assert torch.allclose(got.flatten(), torch.tensor([1.0, 0.75]), atol=1e-6), \
-    f"练习 4 的小例子（一块两个位置）应得到 [1, 0.75]，得到 {got.flatten().tolist()}"
-torch.manual_seed(3)
-q_c, v_c = torch.randn(2, 2, 11, 4), torch.randn(2, 2, 11, 3)
-k_c = F.normalize(torch.randn(2, 2, 11, 4), dim=-1)
-g_c, beta_c = -torch.rand(2, 2, 11), torch.rand(2, 2, 11)
-o_ref, state_ref = gated_delta_rule(q_c, k_c, v_c, g_c, beta_c)
-for size in (1, 4, 11, 64):
-    o_chunk, state_chunk = chunked_gated_delta_rule(q_c, k_c, v_c, g_c, beta_c, chunk_size=size)
-    assert o_chunk.shape == (2, 2, 11, 3) and state_chunk.shape == (2, 2, 4, 3), \
-        f"chunk_size = {size}：应返回 o (2, 2, 11, 3) 和 state (2, 2, 4, 3)，得到 {tuple(o_chunk.shape)}、{tuple(state_chunk.shape)}"
-    assert torch.allclose(o_chunk, o_ref, atol=1e-5), \
-        f"chunk_size = {size}（T = 11）：输出和 gated_delta_rule 最多差 {(o_chunk - o_ref).abs().max():.2g}" + \
-        ("：每块一个位置时 A = 0，先检查衰减和读出" if size == 1 else
-         "：块与块之间传了状态吗？块内的 decay 掩码在 exp 之前遮掉了吗？A 是严格下三角吗？")
-    assert torch.allclose(state_chunk, state_ref, atol=1e-5), f"chunk_size = {size}：最后的状态和 gated_delta_rule 不一样"
-o_a, state_a = chunked_gated_delta_rule(q_c[:, :, :5], k_c[:, :, :5], v_c[:, :, :5], g_c[:, :, :5], beta_c[:, :, :5],
-                                        chunk_size=4)
-o_b, _ = chunked_gated_delta_rule(q_c[:, :, 5:], k_c[:, :, 5:], v_c[:, :, 5:], g_c[:, :, 5:], beta_c[:, :, 5:],
-                                  chunk_size=4, state=state_a)
-assert torch.allclose(torch.cat([o_a, o_b], dim=2), o_ref, atol=1e-5), "从返回的 state 接着算，应和一次算完一样"
-g_steep = torch.full((2, 2, 11), -200.0)  # cumulative decay reaches -2200: exp(-gamma) alone would overflow
-o_steep, _ = chunked_gated_delta_rule(q_c, k_c, v_c, g_steep, beta_c, chunk_size=11)
-assert torch.isfinite(o_steep).all(), "g 很负时出现了 NaN / inf：exp(γ_t − γ_j) 要先相减再取 exp，上三角在 exp 之前遮掉"
-o_bf16, _ = chunked_gated_delta_rule(q_c.bfloat16(), k_c.bfloat16(), v_c.bfloat16(), g_c.bfloat16(), beta_c.bfloat16(), chunk_size=4)
-assert o_bf16.dtype == torch.bfloat16, f"输入是 bfloat16，输出也应是 bfloat16，得到 {o_bf16.dtype}"
-print("✓ chunked_gated_delta_rule：各种块大小、接着算、很负的 g 和 dtype 都对")
+from course.checking import check
+check("chunked_gated_delta_rule")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -998,29 +895,8 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor,
 
 
 # %% tags=["tests:causal_conv1d"]
-from course import inplace
-causal_conv1d = inplace.guard(causal_conv1d)  # as in grading: changing an input in place fails
-x_hand = torch.tensor([1.0, 2.0, 3.0]).view(1, 1, 3)
-w_hand = torch.tensor([1.0, 10.0, 100.0]).view(1, 1, 3)  # y_t = x_{t-2} + 10 x_{t-1} + 100 x_t
-y_hand, state_conv = causal_conv1d(x_hand, w_hand)
-assert y_hand.shape == (1, 1, 3) and state_conv.shape == (1, 1, 2), \
-    f"应返回 y (1, 1, 3) 和 conv_state [B, C, K−1] = (1, 1, 2)，得到 {tuple(y_hand.shape)}、{tuple(state_conv.shape)}"
-assert torch.allclose(y_hand.flatten(), torch.tensor([100.0, 210.0, 321.0])), \
-    f"应得到 [100, 210, 321]，得到 {y_hand.flatten().tolist()}：weight 的最后一个数乘当前位置；" \
-    "出现 x_{t+1} 说明 padding 是对称的，不是因果的"
-assert torch.equal(state_conv.flatten(), torch.tensor([2.0, 3.0])), f"conv_state 应是最后两个输入 [2, 3]，得到 {state_conv.flatten().tolist()}"
-y_next, state_next = causal_conv1d(torch.tensor([4.0]).view(1, 1, 1), w_hand, state_conv)
-assert torch.allclose(y_next.flatten(), torch.tensor([432.0])) and torch.equal(state_next.flatten(), torch.tensor([3.0, 4.0])), \
-    f"接着来一个 4：应得到 y = 2 + 30 + 400 = 432、状态 [3, 4]，得到 {y_next.flatten().tolist()}、{state_next.flatten().tolist()}"
-torch.manual_seed(5)
-x_conv, w_conv = torch.randn(2, 6, 9), torch.randn(6, 1, 4)
-y_full, state_full = causal_conv1d(x_conv, w_conv)
-y_1, s_1 = causal_conv1d(x_conv[..., :2], w_conv)
-y_2, s_2 = causal_conv1d(x_conv[..., 2:], w_conv, s_1)
-assert torch.allclose(torch.cat([y_1, y_2], dim=-1), y_full, atol=1e-5) and torch.allclose(s_2, state_full), \
-    "先算 2 个位置、再从 conv_state 接着算，应和一次算完一样（T < K − 1 时新状态里还有一部分旧状态）"
-assert causal_conv1d(x_conv.bfloat16(), w_conv)[0].dtype == torch.bfloat16, "输出应和 x 同 dtype"
-print("✓ causal_conv1d：因果、卷积状态、接着算和 dtype 都对")
+from course.checking import check
+check("causal_conv1d")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -1289,49 +1165,8 @@ assert silent.abs().max() < 1e-6, "z = 0 时 SiLU(z) = 0，输出应是 0：门�
 print("✓ 第 4～5 步：delta 规则和带门的 norm 都对")
 
 # %% tags=["tests:Qwen35GatedDeltaNet"]
-from course import inplace
-Qwen35GatedDeltaNet = inplace.guard(Qwen35GatedDeltaNet)  # as in grading: changing an input in place fails
-torch.manual_seed(7)
-layer = Qwen35GatedDeltaNet(small)
-with torch.no_grad():
-    layer.A_log.normal_()
-    layer.dt_bias.normal_()
-    x_small = torch.randn(2, 7, 24)
-    out_full, no_cache = layer(x_small)
-    x_changed = x_small.clone()
-    x_changed[:, -1] += 1.0
-    out_changed, _ = layer(x_changed)
-assert out_full.shape == (2, 7, 24), f"输出应是 [B, T, d] = (2, 7, 24)，得到 {tuple(out_full.shape)}"
-assert no_cache is None, "没有传 cache 时，返回的 cache 应是 None"
-assert torch.allclose(out_changed[:, :-1], out_full[:, :-1], atol=1e-5), "改了最后一个 token，前面的输出也变了：卷积是因果的吗？"
-cache = GatedDeltaNetCache()
-pieces_out = []
-with torch.no_grad():
-    for part in (slice(0, 3), slice(3, 4), slice(4, 5), slice(5, 7)):  # a prompt of 3, then 1, 1 and 2 tokens
-        out_part, cache = layer(x_small[:, part], cache=cache)
-        pieces_out.append(out_part)
-assert isinstance(cache, GatedDeltaNetCache), "传了 cache 时应返回这个 cache"
-assert cache.conv_state.shape == (2, 56, 3) and cache.recurrent_state.shape == (2, 4, 8, 6), \
-    f"缓存应是 conv_state (2, 56, 3) 和 recurrent_state (2, 4, 8, 6)，不随 T 增长，" \
-    f"得到 {tuple(cache.conv_state.shape)}、{tuple(cache.recurrent_state.shape)}"
-assert torch.allclose(torch.cat(pieces_out, dim=1), out_full, atol=1e-5), \
-    "分 3 + 1 + 1 + 2 个 token 经过缓存算，应和一次算完整段一样：卷积状态和记忆表都从缓存接着算了吗？"
-left_pad = torch.tensor([[1, 1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1, 1]])
-with torch.no_grad():
-    out_padded, _ = layer(x_small, attention_mask=left_pad)
-    out_alone, _ = layer(x_small[1:, 2:])
-assert torch.isfinite(out_padded).all(), "左侧 padding 时出现了 NaN / inf"
-assert torch.allclose(out_padded[1, 2:], out_alone[0], atol=1e-5), \
-    "左侧 padding 的句子，真实 token 的输出应和单独计算时一样：attention_mask 为 0 的位置先把 x 置零了吗？"
-with torch.no_grad():
-    layer.A_log.fill_(10.0)  # exp(g) ≈ 0: each step wipes the memory, only the conv's 4 tokens remain
-    x_early = x_small.clone()
-    x_early[:, 0] += 1.0
-    forgot_early, _ = layer(x_early)
-    forgot_base, _ = layer(x_small)
-assert torch.allclose(forgot_early[:, 4:], forgot_base[:, 4:], atol=1e-5), \
-    "A_log 很大时每步都把记忆清零，位置 4 以后不应再受位置 0 的影响：衰减用的是 exp(g) 吗？"
-print("✓ Qwen35GatedDeltaNet：子模块、因果、缓存解码、padding 和衰减都对")
+from course.checking import check
+check("Qwen35GatedDeltaNet")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade

@@ -19,6 +19,8 @@ from course import checking, layout
 from course.compare import compare
 from course.layout import ROOT as REPO
 from course.tolerances import Tolerance
+from tests import natural_mistakes
+from tests.natural_mistakes.judged import NAMES
 from tests.students import BY_ASSIGNMENT
 
 CHECKED = [a for a in ASSIGNMENTS if (REPO / layout.RELEASE / a / layout.CHECKS).is_file()]
@@ -35,11 +37,13 @@ def _same(a, b) -> bool:
         return isinstance(b, (tuple, list)) and len(a) == len(b) and all(map(_same, a, b))
     if isinstance(a, dict):
         return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, types.SimpleNamespace):
+        return isinstance(b, types.SimpleNamespace) and _same(vars(a), vars(b))
     return a == b
 
 
 def test_some_assignments_have_visible_checks_from_public_cases():
-    assert {"01_attention_basics"} <= set(CHECKED)
+    assert {"01_attention_basics", "08_gated_deltanet"} <= set(CHECKED)
 
 
 @pytest.mark.parametrize("assignment", CHECKED)
@@ -52,7 +56,8 @@ def test_each_public_case_is_a_grader_case_with_the_graders_reference(assignment
         assert [c["label"] for c in exercise_data["cases"]] == [case.label for case in public], name
         assert exercise_data["hidden"] == len(exercise.made_cases()) - len(public) > 0, name
         for stored, case in zip(exercise_data["cases"], public):
-            assert _same(stored["args"], case.args) and _same(stored["kwargs"], case.kwargs), (name, case.label)
+            assert _same(checking.decoded(stored["args"]), case.args), (name, case.label)
+            assert _same(checking.decoded(stored["kwargs"]), case.kwargs), (name, case.label)
             expected = exercise.graded(reference_result(exercise, case))
             assert compare(expected, stored["expected"], torch.float64, Tolerance(1e-12, 1e-9)) is None, (name, case.label)
 
@@ -73,7 +78,7 @@ def _verdict(module, assignment: str, name: str, replace: dict):
     vars(notebook).update(namespace)
     data = _data(assignment)[name]
     found = checking.judge(data, namespace[data["definition"]], notebook)
-    return None if found is None else found[0]
+    return None if found is None else found.message
 
 
 STUDENTS = [(BY_ASSIGNMENT[a], name) for a in CHECKED for name in BY_ASSIGNMENT[a].CORRECT if name in _data(a)]
@@ -127,3 +132,29 @@ def test_in_a_kernel_a_check_shows_the_students_frames_and_the_graders_words(tmp
     assert "运行出错：RuntimeError: mat1 and mat2 shapes cannot be multiplied" in said[7], said[7]
     assert "这是什么意思：矩阵乘法两边对不上" in said[7] and "ones_below" in said[7], said[7]
     assert all("checking.py" not in text for text in said), "the check's own frames are hidden"
+
+
+NATURAL = [(module, entry) for module in natural_mistakes.ASSIGNMENTS if module.ASSIGNMENT in CHECKED
+           for entry in module.ENTRIES]
+
+
+def _said(module, entry) -> dict[str, checking.Failure | None]:
+    """Exercise -> what the check says on the natural mistake's notebook, for each exercise it fails."""
+    notebook = types.ModuleType("notebook")
+    exec(compile(natural_mistakes.source(module, entry), entry.id, "exec"), vars(notebook))
+    return {name: checking.verdict(name, notebook) for name in entry.exercises if name in _data(module.ASSIGNMENT)}
+
+
+@pytest.mark.parametrize("module, entry", NATURAL, ids=[entry.id for _, entry in NATURAL])
+def test_on_natural_mistakes_the_check_names_only_what_the_grader_names(module, entry):
+    """Mistakes written from the notebook alone: a mistake the check names is the one the grader names (its
+    judged names, ``tests/natural_mistakes/judged.py``), and an exercise it blames first is one the mistake breaks."""
+    graders = NAMES.get(entry.id, {})
+    for name, failure in _said(module, entry).items():
+        if failure is None:
+            continue  # caught by hidden cases only: counted by benchmarks/visible_checks.py
+        if failure.mistake:
+            assert failure.mistake == graders.get(name), (name, failure.message)
+        blamed = failure.message.splitlines()[0].removeprefix("没有通过：用到的 ").split(" 还没通过")[0]
+        if failure.message.startswith("没有通过：用到的 "):
+            assert set(blamed.split("、")) <= set(entry.exercises), (name, failure.message)

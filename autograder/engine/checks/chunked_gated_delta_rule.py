@@ -10,7 +10,7 @@ from autograder.engine.checks.linear_attention_recurrent import OUTPUT_NAMES
 from autograder.engine.combined import variants
 from autograder.engine.inputs import linear_attention as inputs
 from autograder.engine.inputs.seeded import generator
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case, call_chunkwise
 from solutions.gated_deltanet import chunked_gated_delta_rule
 
@@ -41,7 +41,7 @@ def cases() -> list[Case]:
     strong = -(20 + 20 * torch.rand(1, 2, 12, generator=gen, dtype=torch.float64)).float()
     found.append(Case(f"衰减很强（每步 g 在 −40 到 −20 之间），{inputs.describe(q, v)}，chunk_size=6",
                       (q, k, v, strong, inputs.beta(gen, 1, 2, 12)), {"chunk_size": 6}))
-    return found
+    return public(found, 0, 2, 5, 6, 8, 9, 10)
 
 
 @variants

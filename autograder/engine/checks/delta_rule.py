@@ -14,7 +14,7 @@ from autograder.engine.checks.linear_attention_recurrent import (
 from autograder.engine.combined import variants
 from autograder.engine.inputs import linear_attention as inputs
 from autograder.engine.inputs.seeded import generator
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case, call_rule
 from solutions.gated_deltanet import delta_rule
 
@@ -30,7 +30,8 @@ def hand_case() -> Case:
 
 
 def cases() -> list[Case]:
-    return [hand_case(), *rule_cases(generator(82), lambda gen, *shape, dtype: (inputs.beta(gen, *shape, dtype=dtype),))]
+    return public([hand_case(), *rule_cases(generator(82), lambda gen, *shape, dtype: (inputs.beta(gen, *shape, dtype=dtype),))],
+                  0, 2, 4, 5, 8)
 
 
 @variants

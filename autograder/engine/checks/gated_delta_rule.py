@@ -15,7 +15,7 @@ from autograder.engine.checks.linear_attention_recurrent import (
 from autograder.engine.combined import variants
 from autograder.engine.inputs import linear_attention as inputs
 from autograder.engine.inputs.seeded import generator
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case, call_rule
 from solutions.gated_deltanet import gated_delta_rule
 
@@ -38,7 +38,7 @@ def _gates(gen, *shape, dtype):
 
 
 def cases() -> list[Case]:
-    return [hand_case(), *rule_cases(generator(83), _gates)]
+    return public([hand_case(), *rule_cases(generator(83), _gates)], 0, 2, 4, 5, 8)
 
 
 @variants

@@ -7,7 +7,7 @@ from autograder.engine.checks.linear_attention import hand_case
 from autograder.engine.combined import variants
 from autograder.engine.inputs import linear_attention as inputs
 from autograder.engine.inputs.seeded import generator
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case, call_rule
 from solutions.gated_deltanet import linear_attention_recurrent
 
@@ -39,7 +39,7 @@ def rule_cases(gen, rule_inputs) -> list[Case]:
 
 
 def cases() -> list[Case]:
-    return [hand_case(), *rule_cases(generator(81), lambda gen, *shape, dtype: ())]
+    return public([hand_case(), *rule_cases(generator(81), lambda gen, *shape, dtype: ())], 0, 2, 4, 5, 8)
 
 
 def rule_variant(*, gate=torch.exp, decay_at="first", correction=True, beta_inside=True, read_after_write=True,

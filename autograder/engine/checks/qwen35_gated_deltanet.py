@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course import qwen35_weights as checkpoint
 from course.protocols import DELTANET_STAGES, Case, call_recurrent_decoder
 from course.qwen35 import PROMPT, PROMPT_IDS
@@ -90,7 +90,7 @@ def cases() -> list[Case]:
     left_pad = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
     right_pad = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
     small, grouped = config(32, 2, 2, 8, 8), config(32, 2, 4, 8, 6)
-    return [
+    return public([
         _case(gen, small, 1, 5, note="小配置，"),
         _case(gen, grouped, 2, 6, note="value 头比 key 头多、Dk ≠ Dv，"),
         _case(gen, grouped, 2, 1, note="只有一个 token，"),
@@ -106,7 +106,7 @@ def cases() -> list[Case]:
         # Its own generator, so that the cases above keep their numbers.
         _case(generator(87), config(32, 2, 2, 8, 8, eps=0.01), 1, 5, note="rms_norm_eps = 0.01（不是常见的 1e-6），"),
         _qwen35_case(),
-    ]
+    ], 0, 3, 5, 8, 9, 10, 11)
 
 
 class _Variant(Qwen35GatedDeltaNet):
