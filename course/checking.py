@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import torch
 
-from course import inplace, layout, protocols, torch_errors
+from course import inplace, layout, protocols, smollm2, torch_errors
 from course.compare import SUMMARY, compare
 from course.errors import GraderProblem
 from course.output_rules import RULES
@@ -76,7 +76,8 @@ def check(name: str) -> None:
     if failure is not None:
         raise CheckFailed(f"{name}：{failure.message}") from failure.cause
     data = exercise_data(name)
-    print(f"✓ {name}：{len(data['cases'])} 个公开用例都对（评分时还有 {data['hidden']} 个不公开的用例）")
+    hidden = f"评分时还有 {data['hidden']} 个不公开的用例" if data["hidden"] else "评分时跑的也是这些用例"
+    print(f"✓ {name}：{len(data['cases'])} 个公开用例都对（{hidden}）")
 
 
 def verdict(name: str, notebook: types.ModuleType) -> Failure | None:
@@ -96,11 +97,11 @@ def verdict(name: str, notebook: types.ModuleType) -> Failure | None:
 
 
 def _broken_bases(data: dict, code, notebook: types.ModuleType) -> list[tuple[str, str]]:
-    """The exercises this one builds on (``uses``) that the notebook's code reaches and that fail their own
-    public cases, with the first line of what their checks say: as the grader does, a wrong answer on a broken
-    base is put down to the base first."""
+    """The exercises this one builds on (``uses``) that the notebook's code reaches (or its call protocol hands
+    over, ``protocols.PULLED``) and that fail their own public cases, with the first line of what their checks
+    say: as the grader does, a wrong answer on a broken base is put down to the base first."""
     found = _all_checks()
-    reached = _reached(code, notebook)
+    reached = _reached(code, notebook) | set(protocols.PULLED.get(data["call"], ()))  # what the protocol hands over
     broken = []
     for name in data["uses"]:
         base = found.get(name)
@@ -213,47 +214,70 @@ def _problem(data: dict, case: dict, got):
     mismatch = compare(_graded(data, got), case["expected"], _dtype(case), Tolerance(*case["tolerance"]),
                        names=data["output_names"], free=case["free"])
     if mismatch is None and data["verify"]:
-        return RULES[data["verify"]](Case(case["label"], decoded(case["args"]), decoded(case["kwargs"])), got)
+        return RULES[data["verify"]](Case(case["label"], decoded(case["args"]), decoded(case["kwargs"])), got,
+                                     case["expected"])
     return mismatch
 
 
 def _agrees(data: dict, case: dict, got, wrong) -> bool:
-    wrong = case["expected"] if isinstance(wrong, str) and wrong == SAME else wrong
+    wrong = case["expected"] if is_same(wrong) else wrong
     return compare(_graded(data, got), wrong, _dtype(case), Tolerance(*case["tolerance"]), names=data["output_names"],
                    equal_nan=True, free=case["free"]) is None
 
 
-def _named(data: dict, outcomes: list, index: int) -> "tuple[str, str] | None":
-    """The first named mistake, in the catalogue's order, whose stored outputs give the student's on case
-    ``index`` and agree with every other public case that returned where it defines one; when the student's code
-    then raised, a mistake that does not raise on that case too only fits the cases that ran, and is passed over
-    (the grader's ``diagnosis.diagnose``)."""
+def _fitting(data: dict, outcomes: list, index: int) -> list[tuple[str, str]]:
+    """The named mistakes, (name, hint) once per name in the catalogue's order, whose stored outputs give the
+    student's on case ``index`` and agree with every other public case that returned where they define one; when
+    the student's code then raised, a mistake that does not raise on that case too only fits the cases that ran
+    (the grader's ``diagnosis.diagnose``). With them, each mistake given as a test of the output that comes before
+    one of them and accepts its outputs on those cases (``claims``): the grader, with its hidden cases too, names
+    the first that fits every case; where mistakes of different names fit the public cases, only the hidden cases
+    may tell them apart."""
     returned = [(case, outcome[0]) for case, outcome in zip(data["cases"], outcomes) if not isinstance(outcome, BaseException)]
     raised_on = data["cases"][len(returned)] if len(returned) < len(outcomes) else None
-    for which, (name, hint, _) in enumerate(data["mistakes"]):
+    fits = []
+    for which in range(len(data["mistakes"])):
         wrong = data["cases"][index]["mistakes"].get(which)
-        if wrong is None or _raises(wrong) or not _agrees(data, data["cases"][index], returned[index][1], wrong):
+        if wrong is None or is_raises(wrong) or not _agrees(data, data["cases"][index], returned[index][1], wrong):
             continue
-        if not all(_raises(gives := case["mistakes"].get(which)) or gives is None or _agrees(data, case, got, gives)
+        if not all(is_raises(gives := case["mistakes"].get(which)) or gives is None or _agrees(data, case, got, gives)
                    for case, got in returned):
             continue
-        if raised_on is not None and not _raises(raised_on["mistakes"].get(which)):
+        if raised_on is not None and not is_raises(raised_on["mistakes"].get(which)):
             continue
-        return name, hint
-    return None
+        fits.append(which)
+    claiming = {test for which in fits for test in data["cases"][index]["claims"] if test < which
+                and all(which in case["claims"][test] for case, _ in returned
+                        if case["mistakes"].get(which) is not None and not is_raises(case["mistakes"][which]))}
+    fitting = []
+    for which in sorted({*fits, *claiming}):
+        name, hint, _ = data["mistakes"][which]
+        if all(name != seen for seen, _ in fitting):
+            fitting.append((name, hint))
+    return fitting
 
 
-def _raises(stored) -> bool:
+def is_raises(stored) -> bool:
+    """Whether a mistake's stored output on a case says it raises there."""
     return isinstance(stored, str) and stored == RAISES
+
+
+def is_same(stored) -> bool:
+    """Whether a mistake's stored output on a case says it gives the reference's output there."""
+    return isinstance(stored, str) and stored == SAME
 
 
 def _wrong(data: dict, outcomes: list, index: int, problem, changed) -> Failure:
     case = data["cases"][index]
     text, kind = (problem.text, problem.kind) if hasattr(problem, "kind") else (problem, "values")
-    lines = [f"用例：{case['label']}", text]
-    named = _named(data, outcomes, index) or ((MUTATED, inplace.HINT) if changed else None)
+    lines = [f"用例：{case['label']}", text, *([inplace.said(changed)] if changed else [])]
+    # Code that changed its input in place on this case gave its output from inputs no mistake was tried on.
+    fitting = [(MUTATED, inplace.HINT)] if changed else _fitting(data, outcomes, index)
+    named = fitting[0] if len(fitting) == 1 else None
     if named:
         lines.append(f"看起来是：{named[0]}。{named[1]}")
+    elif fitting:
+        lines.append("公开的用例分不出是下面哪一种（评分时的用例分得出）：" + "；".join(name for name, _ in fitting[:3]) + "。")
     return Failure(f"没有通过：{named[0] if named else SUMMARY[kind]}\n" + "\n".join(lines),
                    mistake=named[0] if named else "")
 
@@ -284,13 +308,17 @@ def _lines_of(error: BaseException) -> list[str]:
 
 
 _NAMESPACE = "__namespace__"
+_MODEL_FOLDER = "__model_folder__"
 
 
 def encoded(value):
     """``value`` as a checks file holds it: a ``SimpleNamespace`` (a layer's config) as a marked dict, which
-    ``torch.load(weights_only=True)`` reads back; everything else as it is."""
+    ``torch.load(weights_only=True)`` reads back; the model's folder (``smollm2.ModelFolder``), a path of the
+    machine that wrote the file, as a marker; everything else as it is."""
     if isinstance(value, types.SimpleNamespace):
         return {_NAMESPACE: encoded(vars(value))}
+    if isinstance(value, smollm2.ModelFolder):
+        return {_MODEL_FOLDER: smollm2.MODEL_NAME}
     if isinstance(value, (tuple, list)):
         return type(value)(encoded(v) for v in value)
     if isinstance(value, dict):
@@ -303,6 +331,11 @@ def decoded(value):
     if isinstance(value, dict):
         if set(value) == {_NAMESPACE}:
             return types.SimpleNamespace(**decoded(value[_NAMESPACE]))
+        if set(value) == {_MODEL_FOLDER}:
+            try:
+                return smollm2.ModelFolder(smollm2.find_model())
+            except smollm2.WeightsMissing as e:
+                raise CheckFailed(str(e)) from None
         return {k: decoded(v) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
         return type(value)(decoded(v) for v in value)

@@ -38,6 +38,11 @@ class WeightsMissing(FileNotFoundError):
     """The converted model is not in the cache; the message says how to get it."""
 
 
+class ModelFolder(str):
+    """The converted model's folder as a grader case's argument (07's generation cases): a checks file writes it
+    as a marker, which a student's machine reads back as its own folder (``course.checking``)."""
+
+
 def home() -> Path:
     """``<cache>/smollm2``: the folder that holds the converted model."""
     return cache_dir() / "smollm2"

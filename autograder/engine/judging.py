@@ -254,7 +254,7 @@ def check_output(exercise: Exercise, case: Case, got, expected=None) -> Mismatch
     mismatch = compare(exercise.graded(got), want, case.dtype, exercise.tolerance(case.dtype),
                        names=exercise.output_names, free=free)
     if mismatch is None and exercise.verify is not None:
-        return exercise.verify(case, got)
+        return exercise.verify(case, got, want)
     return mismatch
 
 

@@ -50,8 +50,9 @@ class Exercise:
     tolerance_overrides: dict = field(default_factory=dict)
     # How the code is called, from ``course.protocols`` (it runs in the sandbox, so it must live there).
     call: Callable[[Callable, Case], Any] = call_function
-    # Extra properties the output must have beyond matching the reference, e.g. exact zeros.
-    verify: Callable[[Case, Any], "str | None"] | None = None
+    # Extra properties the output must have beyond matching the reference, e.g. exact zeros: a rule of
+    # ``course.output_rules``, ``verify(case, got, expected)`` (the notebook's visible check applies it too).
+    verify: Callable[[Case, Any, Any], "str | None"] | None = None
     # Positions of the output that no implementation defines (padding queries): any finite value is right.
     free: Callable[[Case], Any] | None = None
     # The notebook's name that holds the code, when it is not the exercise's (a method of a class).

@@ -38,10 +38,16 @@ def exercise_data(exercise: Exercise) -> dict | None:
 def _case_data(exercise: Exercise, case) -> dict:
     expected = exercise.graded(reference_result(exercise, case))
     tolerance = exercise.tolerance(case.dtype)
+    mistakes = _mistakes_on(exercise, case, expected)
     return {"label": case.label, "args": checking.encoded(case.args), "kwargs": checking.encoded(case.kwargs),
             "expected": expected,
             "free": exercise.free_in(case), "tolerance": (tolerance.atol, tolerance.rtol),
-            "mistakes": _mistakes_on(exercise, case, expected)}
+            "mistakes": mistakes, "claims": _claims_on(exercise, case, expected, mistakes)}
+
+
+# A mistake's output larger than this is not kept (that case then neither names nor rules out the mistake): the
+# file stays small where a public case is large, and other cases still tell the mistakes apart.
+KEPT_ELEMENTS = 8192
 
 
 def _mistakes_on(exercise: Exercise, case, expected) -> dict[int, object]:
@@ -62,9 +68,31 @@ def _mistakes_on(exercise: Exercise, case, expected) -> dict[int, object]:
             continue
         native = wrong if mistake.native_dtype else diagnosis.output(exercise, mistake, case, True)
         if native is not RAISED and diagnosis.agree(exercise, case, native, wrong):
-            same = diagnosis.agree(exercise, case, wrong, expected)
-            found[index] = checking.SAME if same else map_tensors(wrong, _smaller)
+            if diagnosis.agree(exercise, case, wrong, expected):
+                found[index] = checking.SAME
+            elif _elements(wrong) <= KEPT_ELEMENTS:
+                found[index] = map_tensors(wrong, _smaller)
     return found
+
+
+def _claims_on(exercise: Exercise, case, expected, mistakes: dict) -> dict[int, list[int]]:
+    """Mistake index of each ``matches`` mistake (a test of the output, code the file does not ship) -> the
+    mistakes given as code whose stored output on ``case`` it accepts. Where one of those fits a student's output,
+    the grader, which names the first mistake in its list that fits, may name the test's mistake instead."""
+    claims = {}
+    for index, mistake in enumerate(exercise.mistakes):
+        if mistake.matches is None:
+            continue
+        claims[index] = [other for other, wrong in mistakes.items()
+                         if not checking.is_raises(wrong)
+                         and mistake.matches(case, expected if checking.is_same(wrong) else wrong)]
+    return claims
+
+
+def _elements(value) -> int:
+    sizes = []
+    map_tensors(value, lambda t: sizes.append(t.numel()))
+    return sum(sizes)
 
 
 def _smaller(t: torch.Tensor) -> torch.Tensor:

@@ -178,16 +178,18 @@ def gradebook_assignments(root: Path) -> list[str]:
         return sorted(a.name for a in gradebook.assignments)
 
 
-def generate(root: Path, released: Iterable[str] = tuple(ASSIGNMENTS)) -> list[str]:
+def generate(root: Path, released: Iterable[str] = tuple(ASSIGNMENTS), kept: Path | None = None) -> list[str]:
     """Build ``source/*.ipynb`` and ``release/`` in ``root`` for every assignment (one nbgrader run), and
     leave ``root``'s gradebook recording the assignments it recorded before and ``released``, each with
     its current grade cells, and no other; returns them. (The default, everything released, is a course
-    at the end of its term: the tests' and the benchmarks'.)"""
+    at the end of its term: the tests' and the benchmarks'.) A checks file that needs weights this machine
+    lacks is the one in ``kept`` (default: ``root``'s ``release/``)."""
     released = list(released)
     unknown = [a for a in released if a not in ASSIGNMENTS]
     if unknown:
         raise ReleaseError(f"no assignment called {', '.join(unknown)}; the assignments are: {', '.join(ASSIGNMENTS)}")
     build_sources(root)
+    checks = checks_files(kept or root / layout.RELEASE)  # before nbgrader replaces release/: a failure leaves it
     recorded = set(gradebook_assignments(root)) | set(released)
     # nbgrader records every assignment it generates, or none with --no-db; it takes one pattern, not a list.
     done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", "*", "--force",
@@ -199,19 +201,35 @@ def generate(root: Path, released: Iterable[str] = tuple(ASSIGNMENTS)) -> list[s
         with _gradebook(root) as gradebook:
             for assignment in set(ASSIGNMENTS) - recorded:  # recorded by this run alone: it has no submissions
                 gradebook.remove_assignment(assignment)
-    write_checks(root)
+    for assignment, data in checks.items():
+        (root / layout.RELEASE / assignment / layout.CHECKS).write_bytes(data)
     return gradebook_assignments(root)
 
 
-def write_checks(root: Path) -> None:
-    """``release/<assignment>/checks.pt.xz`` in ``root`` for each assignment with public cases: what its notebook's
-    visible checks run (``autograder.engine.public_cases``)."""
+def checks_files(kept: Path) -> dict[str, bytes]:
+    """Assignment -> its ``release/<assignment>/checks.pt.xz``, for each assignment with public cases: what its
+    notebook's visible checks run (``autograder.engine.public_cases``). Where the cases need weights this
+    machine lacks (07's are made with the real model's layer), the file is ``kept``'s, said on stderr: an
+    instructor releasing 01 needs no model, and the file in git was made from the same pinned weights."""
     from autograder.engine import public_cases
+    from course.smollm2 import WeightsMissing
 
+    found = {}
     for assignment in ASSIGNMENTS:
-        data = public_cases.assignment_data(assignment)
+        try:
+            data = public_cases.assignment_data(assignment)
+        except WeightsMissing as e:
+            old = kept / assignment / layout.CHECKS
+            if not old.is_file():
+                raise ReleaseError(f"the public cases of {assignment}'s visible checks need the model's weights, "
+                                   f"and there is no {old} to keep: {e}") from None
+            print(f"course-release: {assignment}'s visible checks are kept as they were ({old}), not made again: {e}",
+                  file=sys.stderr)
+            found[assignment] = old.read_bytes()
+            continue
         if data is not None:
-            (root / layout.RELEASE / assignment / layout.CHECKS).write_bytes(public_cases.file_bytes(data))
+            found[assignment] = public_cases.file_bytes(data)
+    return found
 
 
 def differing_files(root: Path) -> list[str]:
@@ -258,7 +276,7 @@ def stale_files() -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         shutil.copy(REPO / "nbgrader_config.py", root)
-        generate(root, released=())
+        generate(root, released=(), kept=REPO / layout.RELEASE)
         return differing_files(root)
 
 

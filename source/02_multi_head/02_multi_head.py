@@ -232,16 +232,8 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 
 # %% tags=["tests:split_heads"]
-from course import inplace
-split_heads = inplace.guard(split_heads)  # as in grading: changing an input in place fails
-got = split_heads(torch.arange(12.0).reshape(1, 3, 4), 2)
-assert got.shape == (1, 2, 3, 2), f"[1, 3, 4] 拆成 2 个头应是 (1, 2, 3, 2)，得到 {tuple(got.shape)}"
-expected_head0 = torch.tensor([[0.0, 1.0], [4.0, 5.0], [8.0, 9.0]])
-assert torch.equal(got[0, 0], expected_head0), \
-    f"头 0 应拿到每个 token 的前两维\n{expected_head0}\n得到\n{got[0, 0]}\n是不是直接 view 成了 [B, H, T, D]？"
-got = split_heads(torch.randn(2, 5, 512), 8)
-assert got.shape == (2, 8, 5, 64), f"[2, 5, 512] 拆成 8 个头应是 (2, 8, 5, 64)，得到 {tuple(got.shape)}"
-print("✓ split_heads：形状对，每个头拿到的是每个 token 的一段连续特征")
+from course.checking import check
+check("split_heads")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -273,17 +265,8 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 
 # %% tags=["tests:merge_heads"]
-from course import inplace
-merge_heads = inplace.guard(merge_heads)  # as in grading: changing an input in place fails
-x_check = torch.randn(2, 5, 512)
-got = merge_heads(split_heads(x_check, 8))
-assert got.shape == (2, 5, 512), f"合并 8 个头之后应回到 (2, 5, 512)，得到 {tuple(got.shape)}"
-assert torch.equal(got, x_check), \
-    "merge_heads(split_heads(x, 8)) 应当原样还原 x：是不是没有先 transpose 就 reshape 了？"
-got = merge_heads(torch.arange(12.0).reshape(1, 2, 3, 2))  # 2 heads, 3 tokens, D = 2
-expected = torch.tensor([[0.0, 1.0, 6.0, 7.0], [2.0, 3.0, 8.0, 9.0], [4.0, 5.0, 10.0, 11.0]])
-assert torch.equal(got[0], expected), f"token 0 应是 [头 0 的 (0, 1) | 头 1 的 (6, 7)]，期望\n{expected}\n得到\n{got[0]}"
-print("✓ merge_heads：形状对，和 split_heads 互为逆操作")
+from course.checking import check
+check("merge_heads")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -354,29 +337,8 @@ class MultiHeadAttention(nn.Module):
 
 
 # %% tags=["tests:MultiHeadAttention"]
-from course import inplace
-MultiHeadAttention = inplace.guard(MultiHeadAttention)  # as in grading: changing an input in place fails
-torch.manual_seed(0)
-mha = MultiHeadAttention(512, 8)
-names = {name: tuple(p.shape) for name, p in mha.named_parameters()}
-expected_names = {f"{p}.weight": (512, 512) for p in ("q_proj", "k_proj", "v_proj", "o_proj")}
-assert names == expected_names, f"参数应是 {expected_names}（bias=False），得到 {names}"
-x_check = torch.randn(2, 5, 512)
-got = mha(x_check)
-assert got.shape == (2, 5, 512), f"输出形状应是 (2, 5, 512)，得到 {tuple(got.shape)}"
-changed_future = x_check.clone()
-changed_future[:, -1] += 1.0  # change only the last token
-assert torch.allclose(mha(changed_future)[:, :-1], got[:, :-1], atol=1e-5), \
-    "改了最后一个 token，前面的输出也变了：因果掩码没有生效？"
-assert not torch.allclose(mha(changed_future, causal=False)[:, 0], mha(x_check, causal=False)[:, 0], atol=1e-5), \
-    "causal=False 时第一个 token 应能看到最后一个 token：是不是总加着因果掩码？"
-short = torch.randn(1, 3, 512)
-batch_x = torch.cat([x_check[:1], torch.cat([short, torch.randn(1, 2, 512)], dim=1)])  # sentence 1: 3 tokens + 2 pads
-pad_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
-batched = mha(batch_x, attention_mask=pad_mask, causal=False)  # without the causal mask every token could see the pads
-assert torch.allclose(batched[1, :3], mha(short, causal=False)[0], atol=1e-5), \
-    "带 padding 的句子，真实 token 的输出应和它单独计算时一样：attention_mask 没有生效？"
-print("✓ MultiHeadAttention：参数名和形状对，因果掩码、causal=False 和 padding 都对")
+from course.checking import check
+check("MultiHeadAttention")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade

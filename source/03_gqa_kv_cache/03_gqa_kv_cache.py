@@ -161,22 +161,8 @@ class KVCache:
 
 
 # %% tags=["tests:KVCache"]
-from course import inplace
-KVCache = inplace.guard(KVCache)  # as in grading: changing an input in place fails
-cache = KVCache()
-assert len(cache) == 0, f"空缓存的 len() 应是 0，得到 {len(cache)}"
-prompt_k, prompt_v = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 4)  # a 3-token prompt
-got_k, got_v = cache.update(prompt_k, prompt_v)
-assert torch.equal(got_k, prompt_k) and torch.equal(got_v, prompt_v), "第一次 update 应原样返回放进去的 k、v"
-assert len(cache) == 3, f"放进 3 个位置之后 len() 应是 3，得到 {len(cache)}：数的是位置，不是 update 的次数"
-new_k, new_v = torch.randn(2, 2, 1, 4), torch.randn(2, 2, 1, 4)  # one generated token
-got_k, got_v = cache.update(new_k, new_v)
-assert got_k.shape == (2, 2, 4, 4), \
-    f"再放进 1 个位置，返回的 k 应是 (2, 2, 4, 4)，得到 {tuple(got_k.shape)}：是接在序列维（dim=2）上的吗？"
-assert torch.equal(got_k[:, :, :3], prompt_k) and torch.equal(got_k[:, :, 3:], new_k), "新位置应接在缓存的后面"
-assert torch.equal(got_v[:, :, 3:], new_v), "v 也要一起缓存"
-assert len(cache) == 4, f"len() 应是 4，得到 {len(cache)}"
-print("✓ KVCache：沿序列维追加，返回全部缓存，len() 数的是位置")
+from course.checking import check
+check("KVCache")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -277,19 +263,8 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
 
 
 # %% tags=["tests:repeat_kv"]
-from course import inplace
-repeat_kv = inplace.guard(repeat_kv)  # as in grading: changing an input in place fails
-numbered = torch.arange(2.0)[None, :, None, None]  # KV head j holds the number j
-got = repeat_kv(numbered, 4)
-assert got.shape == (1, 8, 1, 1), f"2 个 KV 头、n_rep = 4 应得到 8 个头 (1, 8, 1, 1)，得到 {tuple(got.shape)}"
-assert got.flatten().tolist() == [0, 0, 0, 0, 1, 1, 1, 1], \
-    f"query 头 0..7 应依次读 KV 头 [0, 0, 0, 0, 1, 1, 1, 1]，得到 {got.flatten().tolist()}：用了 repeat 而不是 repeat_interleave？"
-x_check = torch.randn(2, 2, 5, 4)
-got = repeat_kv(x_check, 3)
-assert got.shape == (2, 6, 5, 4), f"[2, 2, 5, 4]、n_rep = 3 应得到 (2, 6, 5, 4)，得到 {tuple(got.shape)}"
-assert torch.equal(got[:, 5], x_check[:, 1]), "query 头 5 应读 KV 头 5 // 3 = 1"
-assert torch.equal(repeat_kv(x_check, 1), x_check), "n_rep = 1 时应原样返回"
-print("✓ repeat_kv：形状对，头的顺序也对")
+from course.checking import check
+check("repeat_kv")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -381,42 +356,8 @@ class GroupedQueryAttention(nn.Module):
 
 
 # %% tags=["tests:GroupedQueryAttention"]
-from course import inplace
-GroupedQueryAttention = inplace.guard(GroupedQueryAttention)  # as in grading: changing an input in place fails
-torch.manual_seed(0)
-attn = GroupedQueryAttention(64, 8, 2)
-shapes = {name: tuple(p.shape) for name, p in attn.named_parameters()}
-expected = {"q_proj.weight": (64, 64), "k_proj.weight": (16, 64), "v_proj.weight": (16, 64), "o_proj.weight": (64, 64)}
-assert shapes == expected, f"8 个 query 头、2 个 KV 头、head_dim 8：参数应是 {expected}，得到 {shapes}"
-shapes = {name: tuple(p.shape) for name, p in GroupedQueryAttention(64, 8, 2, head_dim=16).named_parameters()}
-assert shapes["q_proj.weight"] == (128, 64) and shapes["o_proj.weight"] == (64, 128), \
-    f"head_dim=16 时 q_proj 应是 (128, 64)、o_proj 应是 (64, 128)，得到 {shapes}"
-
-x_check = torch.randn(2, 6, 64)
-out, returned = attn(x_check)
-assert out.shape == (2, 6, 64) and returned is None, \
-    f"不带缓存时应返回 (out [2, 6, 64], None)，得到 {tuple(out.shape)} 和 {returned!r}"
-changed_future = x_check.clone()
-changed_future[:, -1] += 1.0
-assert torch.allclose(attn(changed_future)[0][:, :-1], out[:, :-1], atol=1e-5), "改了最后一个 token，前面的输出也变了：因果掩码？"
-
-cache = KVCache()
-steps = [attn(x_check[:, :3], cache=cache)[0]]  # prefill 3 tokens, then decode one at a time
-for t in range(3, 6):
-    step_out, returned = attn(x_check[:, t:t + 1], cache=cache)
-    assert returned is cache, "带缓存调用时应返回传进来的那个 cache"
-    steps.append(step_out)
-assert len(cache) == 6, f"解码完 6 个 token，len(cache) 应是 6，得到 {len(cache)}"
-assert torch.allclose(torch.cat(steps, dim=1), out, atol=1e-5), \
-    "带缓存逐个解码的结果和整句一次算的不一样：因果掩码偏移了吗（causal_mask(T, k_len)）？用的是 cache.update 返回的 k、v 吗？"
-
-sentence = torch.randn(1, 4, 64)
-left_padded = torch.cat([torch.randn(1, 2, 64), sentence], dim=1)  # 2 pads, then 4 real tokens
-got, _ = attn(left_padded, attention_mask=torch.tensor([[0, 0, 1, 1, 1, 1]]))
-assert torch.allclose(got[:, 2:], attn(sentence)[0], atol=1e-5), "左侧 padding 之后，真实 token 的输出应和不补 pad 时一样"
-for kv_heads in (8, 1):
-    assert GroupedQueryAttention(64, 8, kv_heads)(x_check)[0].shape == (2, 6, 64), f"num_kv_heads = {kv_heads} 时也应能运行"
-print("✓ GroupedQueryAttention：参数形状对，带缓存解码等于整句计算，padding 对，MHA / MQA 都能跑")
+from course.checking import check
+check("GroupedQueryAttention")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -496,16 +437,8 @@ def kv_cache_bytes(batch: int, seq_len: int, num_layers: int, num_kv_heads: int,
 
 
 # %% tags=["tests:kv_cache_bytes"]
-from course import inplace
-kv_cache_bytes = inplace.guard(kv_cache_bytes)  # as in grading: changing an input in place fails
-got = kv_cache_bytes(1, 1, 6, 2, 256, 2)
-assert got == 12288, f"Qwen3.5-0.8B 每个 token 应占 12,288 字节，得到 {got}"
-assert type(got) is int, f"应返回 int，得到 {type(got).__name__}"
-got = kv_cache_bytes(1, 1, 1, 8, 32, 1)
-assert got == 512, f"MHA/MQA/GQA 教程里的 MHA 例子（8 个头、每头 32 维）：一层一个 token 应存 512 个数，得到 {got}"
-got = kv_cache_bytes(3, 5, 7, 2, 16, 4)
-assert got == 2 * 3 * 5 * 7 * 2 * 16 * 4, f"每个参数都要乘进去：期望 {2 * 3 * 5 * 7 * 2 * 16 * 4}，得到 {got}"
-print("✓ kv_cache_bytes：Qwen3.5-0.8B 和 MHA/MQA/GQA 教程里的例子都对上了")
+from course.checking import check
+check("kv_cache_bytes")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -665,27 +598,8 @@ def attention_flops(batch: int, q_len: int, k_len: int, hidden_size: int, num_he
 
 
 # %% tags=["tests:attention_flops"]
-from course import inplace
-attention_flops = inplace.guard(attention_flops)  # as in grading: changing an input in place fails
-got = attention_flops(1, 1, 1, 4, 1, 1, 4)
-assert got == 144, (f"hidden 4，一个头，D = 4，一个 token：四个 4×4 投影 64 次乘加，Q·Kᵀ 和权重·V 各 4 次，"
-                    f"共 72 次乘加 = 144 FLOPs，得到 {got}")
-assert type(got) is int, f"应返回 int，得到 {type(got).__name__}"
-got = attention_flops(1, 1, 100, 1024, 8, 2, 256)
-assert got == 10_485_760 + 819_200, \
-    (f"Qwen3.5 的尺寸解码一步（缓存共 100 个位置）：投影 2·1024·256·(16 + 4) = 10,485,760，"
-     f"Q·Kᵀ 和权重·V 4·8·1·100·256 = 819,200，得到 {got:,}")
-mha = attention_flops(1, 1, 100, 1024, 8, 8, 256)
-assert mha - got == 2 * 2 * 1024 * 6 * 256, \
-    f"MHA 比 GQA 多的只是 k_proj、v_proj 的 6 个头：应多 {2 * 2 * 1024 * 6 * 256:,}，多了 {mha - got:,}"
-got = attention_flops(2, 3, 10, 64, 8, 2, 16)
-assert got == 2 * 3 * (40_960 + 5_120), \
-    (f"3 个新 token、共 10 个位置、batch 2：每个新 token 投影 2·64·16·20 = 40,960，分数和加权 4·8·10·16 = 5,120，"
-     f"应是 {2 * 3 * (40_960 + 5_120):,}，得到 {got:,}：投影只算新 token，分数表是 q_len × k_len")
-got = attention_flops(1001, 1000001, 1000001, 576, 9, 3, 64)
-assert type(got) is int and got == 2_308_079_855_853_547_776, \
-    f"很大的数必须精确：期望 2,308,079,855,853,547,776，得到 {got!r}（超过 2⁵³ 的 float 会被舍入）"
-print("✓ attention_flops：手算的例子、Qwen3.5 的解码一步、k_len > q_len 和很大的数都对")
+from course.checking import check
+check("attention_flops")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade

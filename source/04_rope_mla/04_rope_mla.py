@@ -268,23 +268,8 @@ def rope_cos_sin(positions: torch.Tensor, rotary_dim: int, theta: float) -> tupl
 
 
 # %% tags=["tests:rope_cos_sin"]
-from course import inplace
-rope_cos_sin = inplace.guard(rope_cos_sin)  # as in grading: changing an input in place fails
-cos_small, sin_small = rope_cos_sin(torch.arange(3), 4, 100.0)  # inv_freq = [1, 0.1]
-assert cos_small.shape == (3, 4) and sin_small.shape == (3, 4), \
-    f"3 个位置、rotary_dim 4，cos/sin 应是 (3, 4)，得到 {tuple(cos_small.shape)}、{tuple(sin_small.shape)}"
-assert cos_small.dtype == torch.float32, f"cos/sin 应是 float32，得到 {cos_small.dtype}"
-assert torch.allclose(cos_small[0], torch.ones(4)) and torch.allclose(sin_small[0], torch.zeros(4)), \
-    "位置 0 不旋转：cos 应全是 1、sin 应全是 0；cos 和 sin 是不是返回反了？"
-angles_2 = torch.tensor([2.0, 0.2, 2.0, 0.2])  # position 2: [2·1, 2·0.1] twice
-assert not torch.allclose(cos_small[2], torch.tensor([2.0, 2.0, 0.2, 0.2]).cos(), atol=1e-4), \
-    "角度是交错排列的 [a, a, b, b]：rotate-half 要的是前后两半相同的 [a, b, a, b]"
-assert torch.allclose(cos_small[2], angles_2.cos(), atol=1e-4) and torch.allclose(sin_small[2], angles_2.sin(), atol=1e-4), \
-    f"位置 2 的角度应是 [2, 0.2, 2, 0.2]，cos 应约为 {angles_2.cos().tolist()}，得到 {cos_small[2].tolist()}"
-cos_later, _ = rope_cos_sin(torch.tensor([7, 8]), 4, 100.0)
-assert torch.allclose(cos_later[0], torch.tensor([7.0, 0.7, 7.0, 0.7]).cos(), atol=1e-4), \
-    "positions 不从 0 开始时，表的第一行应是位置 7 的角度：用的是 positions 的值，而不是 arange(T)？"
-print("✓ rope_cos_sin：角度、排列和任意起点的位置都对")
+from course.checking import check
+check("rope_cos_sin")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -330,26 +315,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 # %% tags=["tests:apply_rope"]
-from course import inplace
-apply_rope = inplace.guard(apply_rope)  # as in grading: changing an input in place fails
-cos_t, sin_t = rope_cos_sin(torch.arange(2), 4, 100.0)  # position 1 turns pair 0 by 1 rad, pair 1 by 0.1 rad
-x_e0 = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])  # dim 0 pairs with dim 2
-got = apply_rope(x_e0, cos_t, sin_t)
-assert got.shape == (2, 4), f"输出形状应和输入一样是 (2, 4)，得到 {tuple(got.shape)}"
-assert torch.allclose(got[0], x_e0[0]), "位置 0 的角度是 0，向量应保持不变"
-assert not torch.allclose(got[1], torch.tensor([math.cos(1.0), math.sin(1.0), 0.0, 0.0]), atol=1e-4), \
-    "维 0 和维 1 配成了一对：这是相邻两维的交错式旋转；本课程用 rotate-half，第 i 维和第 i + D/2 维配对"
-assert not torch.allclose(got[1], torch.tensor([math.cos(1.0), 0.0, -math.sin(1.0), 0.0]), atol=1e-4), \
-    "旋转方向反了：rotate_half(x) = cat(−x2, x1)"
-expected = torch.tensor([math.cos(1.0), 0.0, math.sin(1.0), 0.0])
-assert torch.allclose(got[1], expected, atol=1e-4), \
-    f"位置 1 上 [1, 0, 0, 0] 应转成 [cos 1, 0, sin 1, 0] ≈ {expected.tolist()}，得到 {got[1].tolist()}"
-x_rand = torch.randn(2, 3, 5, 16)
-got = apply_rope(x_rand, *rope_cos_sin(torch.arange(5), 16, 1e4))
-assert torch.allclose(got.norm(dim=-1), x_rand.norm(dim=-1), atol=1e-5), "旋转不应改变向量的长度"
-got = apply_rope(x_rand.to(torch.bfloat16), *rope_cos_sin(torch.arange(5), 16, 1e4))
-assert got.dtype == torch.bfloat16, f"输入是 bfloat16，输出也应是 bfloat16（cos/sin 先转成 x 的 dtype），得到 {got.dtype}"
-print("✓ apply_rope：配对、方向、长度和 dtype 都对")
+from course.checking import check
+check("apply_rope")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -674,22 +641,8 @@ class LatentKVCache:
 
 
 # %% tags=["tests:LatentKVCache"]
-from course import inplace
-LatentKVCache = inplace.guard(LatentKVCache)  # as in grading: changing an input in place fails
-cache_check = LatentKVCache()
-assert len(cache_check) == 0, f"空缓存的 len() 应是 0，得到 {len(cache_check)}"
-first_latent, first_rope = torch.randn(2, 3, 8), torch.randn(2, 3, 4)
-got_latent, got_rope = cache_check.update(first_latent, first_rope)
-assert len(cache_check) == 3, f"放进 3 个位置之后 len() 应是 3，得到 {len(cache_check)}：数的是 update 的次数吗？"
-assert torch.equal(got_latent, first_latent) and torch.equal(got_rope, first_rope), "第一次 update 应原样返回放进去的东西"
-next_latent, next_rope = torch.randn(2, 1, 8), torch.randn(2, 1, 4)
-got_latent, got_rope = cache_check.update(next_latent, next_rope)
-assert got_latent.shape == (2, 4, 8) and got_rope.shape == (2, 4, 4), \
-    f"再放 1 个位置后应返回 [2, 4, 8] 和 [2, 4, 4]，得到 {tuple(got_latent.shape)} 和 {tuple(got_rope.shape)}：拼在了 T 这一维上吗？"
-assert torch.equal(got_latent[:, 3:], next_latent) and torch.equal(got_rope[:, :3], first_rope), \
-    "新位置应接在缓存的后面：torch.cat([旧的, 新的], dim=1)"
-assert len(cache_check) == 4, f"len() 应是 4，得到 {len(cache_check)}"
-print("✓ LatentKVCache：追加的维度、顺序、返回值和 len() 都对")
+from course.checking import check
+check("LatentKVCache")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -813,54 +766,8 @@ class MultiHeadLatentAttention(nn.Module):
 
 
 # %% tags=["tests:MultiHeadLatentAttention"]
-from course import inplace
-MultiHeadLatentAttention = inplace.guard(MultiHeadLatentAttention)  # as in grading: changing an input in place fails
-def mla_config(q_lora_rank=None):
-    return SimpleNamespace(hidden_size=32, num_attention_heads=4, q_lora_rank=q_lora_rank, kv_lora_rank=8,
-                           qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=6, rope_theta=10_000.0, rms_norm_eps=1e-6)
-
-
-torch.manual_seed(0)
-mla = MultiHeadLatentAttention(mla_config())
-expected = {"q_proj.weight": (32, 32), "kv_a_proj_with_mqa.weight": (12, 32), "kv_a_layernorm.weight": (8,),
-            "kv_b_proj.weight": (40, 8), "o_proj.weight": (32, 24)}
-shapes = {name: tuple(t.shape) for name, t in mla.state_dict().items()}
-assert shapes == expected, f"子模块的名字和权重形状应是\n{expected}\n得到\n{shapes}"
-assert torch.equal(mla.kv_a_layernorm.weight.data, torch.ones(8)), "kv_a_layernorm 的 weight 应从 1 开始（普通 RMSNorm）"
-shapes = {name: tuple(t.shape) for name, t in MultiHeadLatentAttention(mla_config(12)).state_dict().items()}
-assert {"q_a_proj.weight", "q_a_layernorm.weight", "q_b_proj.weight"} <= set(shapes) and "q_proj.weight" not in shapes, \
-    f"q_lora_rank = 12 时应有 q_a_proj、q_a_layernorm、q_b_proj，没有 q_proj，得到 {sorted(shapes)}"
-
-x_mla = torch.randn(2, 6, 32)
-with torch.no_grad():
-    out_mla, returned = mla(x_mla)
-assert out_mla.shape == (2, 6, 32) and returned is None, \
-    f"不带缓存时应返回 (out [2, 6, 32], None)，得到 {tuple(out_mla.shape)} 和 {returned!r}"
-x_future = x_mla.clone()
-x_future[:, -1] += 1.0
-with torch.no_grad():
-    assert torch.allclose(mla(x_future)[0][:, :-1], out_mla[:, :-1], atol=1e-5), "改了最后一个 token，前面的输出也变了：因果掩码？"
-
-cache_mla, pieces_out = LatentKVCache(), []
-with torch.no_grad():
-    for start, end in [(0, 3), (3, 4), (4, 5), (5, 6)]:
-        step_out, returned = mla(x_mla[:, start:end], cache=cache_mla)
-        assert returned is cache_mla, "带缓存时应返回传进来的那个 cache 对象"
-        pieces_out.append(step_out)
-held_latent, held_rope = cache_mla.update(torch.zeros(2, 0, 8), torch.zeros(2, 0, 4))  # appends nothing
-assert len(cache_mla) == 6 and held_latent.shape == (2, 6, 8) and held_rope.shape == (2, 6, 4), \
-    f"解码完缓存里应是 6 个位置的 latent [2, 6, 8] 和 rope key [2, 6, 4]，得到 len {len(cache_mla)}、" \
-    f"{tuple(held_latent.shape)}、{tuple(held_rope.shape)}：交给 cache.update 的是 latent 和 k_rope 吗？"
-decoded_mla = torch.cat(pieces_out, dim=1)
-assert torch.allclose(decoded_mla, out_mla, atol=1e-5), \
-    f"带缓存逐段解码的结果应和整句一次算的一样，最大差 {(decoded_mla - out_mla).abs().max():.3g}：" \
-    "RoPE 的位置是 len(cache) + arange(T) 吗？因果掩码是 causal_mask(T, k_len) 吗？"
-left_pad = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]])
-with torch.no_grad():
-    padded_out, _ = mla(x_mla, attention_mask=left_pad)
-assert torch.isfinite(padded_out).all(), "左侧 padding 时出现了 NaN / inf：pad 的 query 整行被遮住，masked_softmax 应给 0"
-assert torch.allclose(padded_out[0], out_mla[0], atol=1e-5), "第一句没有 padding，输出应和不给 attention_mask 时一样"
-print("✓ MultiHeadLatentAttention：子模块、因果掩码、padding，以及带缓存解码等于整句计算")
+from course.checking import check
+check("MultiHeadLatentAttention")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -903,28 +810,8 @@ class MultiHeadLatentAttention(MultiHeadLatentAttention):
 
 
 # %% tags=["tests:forward_absorbed"]
-from course import inplace
-MultiHeadLatentAttention = inplace.guard(MultiHeadLatentAttention)  # as in grading: changing an input in place fails
-torch.manual_seed(0)
-mla = MultiHeadLatentAttention(mla_config(12))
-assert hasattr(mla, "forward_absorbed"), "MultiHeadLatentAttention 应有 forward_absorbed 方法"
-x_abs = torch.randn(2, 6, 32)
-with torch.no_grad():
-    plain_out, _ = mla(x_abs, attention_mask=left_pad)
-    absorbed_out, returned = mla.forward_absorbed(x_abs, attention_mask=left_pad)
-assert returned is None and absorbed_out.shape == plain_out.shape, \
-    f"不带缓存时应返回 (out {tuple(plain_out.shape)}, None)，得到 {tuple(absorbed_out.shape)} 和 {returned!r}"
-real_rows = left_pad.bool()
-assert torch.allclose(absorbed_out[real_rows], plain_out[real_rows], atol=1e-5), \
-    f"吸收版应和 forward 给出同样的结果，最大差 {(absorbed_out - plain_out)[real_rows].abs().max():.3g}：" \
-    "W_uk、W_uv 是按头从 kv_b_proj.weight 里切出来的吗（[H, d_nope + d_v, r]，前 d_nope 行是 key）？"
-cache_abs, steps_abs = LatentKVCache(), []
-with torch.no_grad():
-    for start, end in [(0, 4), (4, 5), (5, 6)]:
-        steps_abs.append(mla.forward_absorbed(x_abs[:, start:end], cache=cache_abs)[0])
-    whole, _ = mla(x_abs)
-assert torch.allclose(torch.cat(steps_abs, dim=1), whole, atol=1e-5), "带缓存逐段调用 forward_absorbed，应和整句的 forward 一样"
-print("✓ forward_absorbed：和 forward 一样，带缓存也一样")
+from course.checking import check
+check("forward_absorbed")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -962,11 +849,15 @@ print(f"H800 的算力 / 带宽 ≈ {h800_flops / h800_bandwidth:.0f} 次浮点�
 # $u^{(h)}$ 是第 $h$ 个头加权后的 latent（$r$ 维）。这是一串线性运算，可以先合并：
 # $W_O \cdot \operatorname{blockdiag}(W_{UV}^{(1)}, \dots, W_{UV}^{(H)})$ 是一个 $d \times H r$ 的矩阵，直接作用在拼起来的 $u$ 上——
 # $W_{UV}$ 被吸收进了 `o_proj`。同样，$W_{UK}$ 可以提前吸收进 query 的投影（`q_b_proj` 的 nope 行）：
-# DeepSeek-V2 论文说的就是这两处吸收，推理时根本不需要单独的 $W_{UK}$、$W_{UV}$。拿上面检查里的 `mla` 核对一下
+# DeepSeek-V2 论文说的就是这两处吸收，推理时根本不需要单独的 $W_{UK}$、$W_{UV}$。拿一个小的 MLA 核对一下
 # （$H = 4$、$r = 8$、$d_{nope} = 4$、$d_v = 6$，query 经过 `q_a_proj` 压缩）：
 
 # %%
-config_c = mla_config(12)  # the sizes of the mla above
+config_c = SimpleNamespace(hidden_size=32, num_attention_heads=4, q_lora_rank=12, kv_lora_rank=8, qk_nope_head_dim=4,
+                           qk_rope_head_dim=4, v_head_dim=6, rope_theta=10_000.0, rms_norm_eps=1e-6)
+torch.manual_seed(0)
+mla = MultiHeadLatentAttention(config_c)
+x_abs = torch.randn(2, 6, 32)
 heads_c, rank_c = config_c.num_attention_heads, config_c.kv_lora_rank
 d_nope_c, d_rope_c, d_v_c = config_c.qk_nope_head_dim, config_c.qk_rope_head_dim, config_c.v_head_dim
 per_head_w = mla.kv_b_proj.weight.view(heads_c, d_nope_c + d_v_c, rank_c)
@@ -1013,16 +904,8 @@ def mla_cache_bytes(batch: int, seq_len: int, num_layers: int, kv_lora_rank: int
 
 
 # %% tags=["tests:mla_cache_bytes"]
-from course import inplace
-mla_cache_bytes = inplace.guard(mla_cache_bytes)  # as in grading: changing an input in place fails
-got = mla_cache_bytes(1, 1, 1, 64, 26, 1)
-assert got == 90, f"教程的例子：一层一个 token 应存 64 + 26 = 90 个数，得到 {got}"
-got = mla_cache_bytes(1, 1, 1, 512, 64, 1)
-assert got == 576, f"DeepSeek-V2：一层一个 token 应存 512 + 64 = 576 个数，得到 {got}"
-got = mla_cache_bytes(2, 3, 5, 16, 8, 2)
-assert got == 2 * 3 * 5 * 24 * 2, f"batch 2、3 个 token、5 层、16 + 8 维、2 字节，应是 {2 * 3 * 5 * 24 * 2}，得到 {got}"
-assert type(got) is int, f"应返回 Python 的 int，得到 {type(got).__name__}"
-print("✓ mla_cache_bytes：教程和 DeepSeek-V2 的数都对上了")
+from course.checking import check
+check("mla_cache_bytes")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade

@@ -356,24 +356,8 @@ def split_query_gate(q_out: torch.Tensor, num_heads: int, head_dim: int) -> tupl
 
 
 # %% tags=["tests:split_query_gate"]
-from course import inplace
-split_query_gate = inplace.guard(split_query_gate)  # as in grading: changing an input in place fails
-# Readable numbers: 2 heads, D = 3. Head 0 owns 0..5 (query 0, 1, 2 | gate 3, 4, 5), head 1 owns 6..11.
-readable = torch.arange(12.0).reshape(1, 1, 12)
-query, gate = split_query_gate(readable, 2, 3)
-assert query.shape == (1, 1, 2, 3) and gate.shape == (1, 1, 2, 3), \
-    f"query 和 gate 都应是 [B, T, H, D] = (1, 1, 2, 3)，得到 {tuple(query.shape)} 和 {tuple(gate.shape)}"
-assert not torch.equal(query[0, 0, 1], torch.tensor([3.0, 4.0, 5.0])), \
-    "头 1 的 query 是 [3, 4, 5]：这是按整个投影前一半 / 后一半切的，Qwen3.5 是每个头 [query_h | gate_h] 交错排的"
-assert not torch.equal(query[0, 0, 0], torch.tensor([3.0, 4.0, 5.0])), "query 和门弄反了：每个头的前 D 个才是 query"
-assert torch.equal(query[0, 0], torch.tensor([[0.0, 1.0, 2.0], [6.0, 7.0, 8.0]])), \
-    f"query 应是 [[0, 1, 2], [6, 7, 8]]，得到 {query[0, 0].tolist()}"
-assert torch.equal(gate[0, 0], torch.tensor([[3.0, 4.0, 5.0], [9.0, 10.0, 11.0]])), \
-    f"gate 应是 [[3, 4, 5], [9, 10, 11]]，得到 {gate[0, 0].tolist()}"
-query, gate = split_query_gate(torch.randn(2, 5, 4 * 2 * 8), 4, 8)
-assert query.shape == (2, 5, 4, 8) and gate.shape == (2, 5, 4, 8), \
-    f"[2, 5, 64] 拆成 4 个头、D = 8，应得到两个 (2, 5, 4, 8)，得到 {tuple(query.shape)} 和 {tuple(gate.shape)}"
-print("✓ split_query_gate：每个头的 query 和门都拆对了")
+from course.checking import check
+check("split_query_gate")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -457,22 +441,8 @@ def apply_output_gate(attn_out: torch.Tensor, gate: torch.Tensor) -> torch.Tenso
 
 
 # %% tags=["tests:apply_output_gate"]
-from course import inplace
-apply_output_gate = inplace.guard(apply_output_gate)  # as in grading: changing an input in place fails
-shu_out = torch.tensor([[0.8, -0.3], [0.4, 0.9]])      # 书: two heads' outputs
-shu_scores = torch.tensor([[-4.5, -4.5], [2.0, 1.0]])  # 书: their gate scores
-got = apply_output_gate(shu_out, shu_scores)
-assert not torch.allclose(got, shu_out * shu_scores), "门分数没有过 sigmoid：先把分数压到 0～1，再相乘"
-assert not torch.allclose(got, shu_out * (1 - torch.sigmoid(shu_scores))), "用成了 1 − sigmoid：分数越大门应越开"
-expected = torch.tensor([[0.009, -0.003], [0.352, 0.658]])
-assert torch.allclose(got, expected, atol=2e-3), f"「书」的两个头乘上门后应约为\n{expected}\n得到\n{got}"
-got = apply_output_gate(torch.ones(3), torch.tensor([-100.0, 0.0, 100.0]))
-assert torch.isfinite(got).all() and torch.allclose(got, torch.tensor([0.0, 0.5, 1.0])), \
-    f"分数 −100 / 0 / 100 时门应是 0 / 0.5 / 1，得到 {got.tolist()}"
-got = apply_output_gate(torch.randn(2, 3, 4, 8, dtype=torch.bfloat16), torch.randn(2, 3, 4, 8, dtype=torch.bfloat16))
-assert got.dtype == torch.bfloat16 and got.shape == (2, 3, 4, 8), \
-    f"bfloat16 的 [2, 3, 4, 8] 进来，应得到同样 dtype 和形状，得到 {got.dtype}、{tuple(got.shape)}"
-print("✓ apply_output_gate：「书」的门算对了，极端分数下也没有溢出")
+from course.checking import check
+check("apply_output_gate")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -602,27 +572,8 @@ def gate_gradient(x: torch.Tensor, w: torch.Tensor, r: torch.Tensor, o: torch.Te
 
 
 # %% tags=["tests:gate_gradient"]
-from course import inplace
-gate_gradient = inplace.guard(gate_gradient)  # as in grading: changing an input in place fails
-sgd_x = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # 问号, 数字
-sgd_r = torch.tensor([0.0, 1.0])  # residual before the head: empty at 问号, already right at 数字
-sgd_o = torch.tensor([1.0, 0.8])  # what the head brings back
-sgd_t = torch.ones(2)             # the target at both tokens
-got = gate_gradient(sgd_x, torch.tensor([0.01, -0.02]), sgd_r, sgd_o, sgd_t)
-assert got.shape == (2,), f"两个特征，梯度的形状应是 (2,)，得到 {tuple(got.shape)}：是不是忘了对 token 求和？"
-assert not torch.allclose(got, torch.tensor([0.1244, -0.0792]), atol=1e-3), "符号反了：损失对 y 的导数是 y − t"
-assert not torch.allclose(got, torch.tensor([-0.4975, 0.3168]), atol=1e-3), "漏了 sigmoid 的斜率 g(1 − g)"
-assert torch.allclose(got, torch.tensor([-0.1244, 0.0792]), atol=1e-4), \
-    f"初始 w = [0.01, −0.02] 时梯度应约为 [−0.1244, +0.0792]，得到 {got.tolist()}"
-# Compare with autograd on a random case.
-torch.manual_seed(1)
-rx, rw, rr, ro, rt = torch.randn(5, 3), torch.randn(3), torch.randn(5), torch.randn(5), torch.randn(5)
-w_auto = rw.clone().requires_grad_()
-loss = ((rr + torch.sigmoid(rx @ w_auto) * ro - rt) ** 2 / 2).sum()
-(auto_grad,) = torch.autograd.grad(loss, w_auto)
-got = gate_gradient(rx, rw, rr, ro, rt)
-assert torch.allclose(got, auto_grad, atol=1e-5), f"随机例子上和 autograd 不一致：autograd {auto_grad.tolist()}，你的 {got.tolist()}"
-print("✓ gate_gradient：第 0 步的梯度对上了，随机例子上和 torch.autograd 一致")
+from course.checking import check
+check("gate_gradient")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -635,6 +586,10 @@ grade("gate_gradient")
 # 初始 $w = (0.01,\ -0.02)$，学习率 1，每一步 $w \leftarrow w - 1 \cdot \nabla_w \mathcal{L}$：
 
 # %%
+sgd_x = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # 问号, 数字
+sgd_r = torch.tensor([0.0, 1.0])  # residual before the head: empty at 问号, already right at 数字
+sgd_o = torch.tensor([1.0, 0.8])  # what the head brings back
+sgd_t = torch.ones(2)             # the target at both tokens
 sgd_w = torch.tensor([0.01, -0.02])
 learning_rate = 1.0
 n_steps = 200

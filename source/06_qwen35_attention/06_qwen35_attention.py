@@ -160,36 +160,8 @@ class ZeroCenteredRMSNorm(nn.Module):
 
 
 # %% tags=["tests:ZeroCenteredRMSNorm"]
-from course import inplace
-ZeroCenteredRMSNorm = inplace.guard(ZeroCenteredRMSNorm)  # as in grading: changing an input in place fails
-norm = ZeroCenteredRMSNorm(2)
-assert isinstance(norm, nn.Module), "ZeroCenteredRMSNorm 应继承 nn.Module"
-assert isinstance(getattr(norm, "weight", None), nn.Parameter), "需要一个名叫 weight 的 nn.Parameter"
-assert norm.weight.shape == (2,) and torch.equal(norm.weight.data, torch.zeros(2)), \
-    f"weight 的形状应是 (dim,)、初始值全是 0，得到 {norm.weight.data.tolist()}"
-x_small = torch.tensor([[3.0, 4.0]])  # RMS = sqrt((9 + 16) / 2) = 3.5355
-with torch.no_grad():
-    got = norm(x_small)
-assert torch.allclose(got, torch.tensor([[0.8485, 1.1314]]), atol=1e-4), \
-    f"[3, 4] 归一化后应约为 [0.8485, 1.1314]，得到 {got.tolist()}：乘的是 (1 + weight) 吗？weight 一开始是 0"
-norm.load_state_dict({"weight": torch.tensor([1.0, 1.0])})
-with torch.no_grad():
-    got = norm(x_small)
-assert torch.allclose(got, torch.tensor([[1.6971, 2.2627]]), atol=1e-4), \
-    f"weight = [1, 1] 时缩放是 1 + 1 = 2，应约为 [1.6971, 2.2627]，得到 {got.tolist()}：乘的是 weight 而不是 (1 + weight)？"
-with torch.no_grad():
-    got = ZeroCenteredRMSNorm(2, eps=1.0)(x_small)
-assert torch.allclose(got, torch.tensor([[0.8165, 1.0887]]), atol=1e-4), \
-    f"eps = 1 时应是 [3, 4] / √(12.5 + 1) ≈ [0.8165, 1.0887]，得到 {got.tolist()}：eps 要加在根号里面"
-with torch.no_grad():
-    got = ZeroCenteredRMSNorm(64)(torch.full((2, 64), 300.0, dtype=torch.float16))
-assert got.dtype == torch.float16, f"输入是 float16，输出也应是 float16，得到 {got.dtype}"
-assert torch.allclose(got.float(), torch.ones(2, 64), atol=1e-3), \
-    f"全是 300 的 float16 输入归一化后应全是 1，得到 {got[0, 0].item()}：300² 超出了 float16 的范围，要先转成 float32 再算 x²"
-with torch.no_grad():
-    got = ZeroCenteredRMSNorm(4)(torch.zeros(1, 4))
-assert torch.equal(got, torch.zeros(1, 4)), f"全 0 的输入应输出全 0（eps 防止除以 0），得到 {got.tolist()}"
-print("✓ ZeroCenteredRMSNorm：初始化、(1 + weight)、float16 和全 0 输入都对")
+from course.checking import check
+check("ZeroCenteredRMSNorm")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -266,29 +238,8 @@ def apply_partial_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) ->
 
 
 # %% tags=["tests:apply_partial_rope"]
-from course import inplace
-apply_partial_rope = inplace.guard(apply_partial_rope)  # as in grading: changing an input in place fails
-cos_t, sin_t = rope_cos_sin(torch.arange(2), 4, 100.0)  # position 1 turns pair 0 by 1 rad, pair 1 by 0.1 rad
-x_e0 = torch.zeros(1, 1, 2, 8)
-x_e0[..., 0] = 1.0   # dim 0 = 1: pairs with dim 2
-x_e0[..., 6] = 5.0   # dim 6 is outside the rotary dims
-got = apply_partial_rope(x_e0, cos_t, sin_t)
-assert got.shape == (1, 1, 2, 8), f"输出形状应和输入一样是 (1, 1, 2, 8)，得到 {tuple(got.shape)}"
-assert torch.equal(got[..., 4:], x_e0[..., 4:]), "rotary_dim 之后的维应原样保留：是不是转了最后几维，或者丢掉了它们？"
-assert torch.allclose(got[0, 0, 0], x_e0[0, 0, 0]), "位置 0 的角度是 0，向量应保持不变"
-expected = torch.tensor([math.cos(1.0), 0.0, math.sin(1.0), 0.0])
-assert not torch.allclose(got[0, 0, 1, :4], torch.tensor([math.cos(1.0), math.sin(1.0), 0.0, 0.0]), atol=1e-4), \
-    "维 0 和维 1 配成了一对：这是相邻两维的交错式旋转，Qwen3.5 用 rotate-half，第 i 维和第 i + rotary_dim/2 维配对"
-assert not torch.allclose(got[0, 0, 1, :4], torch.tensor([math.cos(1.0), 0.0, -math.sin(1.0), 0.0]), atol=1e-4), \
-    "旋转方向反了：rotate_half(x) = cat(−x2, x1)"
-assert torch.allclose(got[0, 0, 1, :4], expected, atol=1e-4), \
-    f"位置 1 上 [1, 0, 0, 0] 应转成 [cos 1, 0, sin 1, 0] ≈ {expected.tolist()}，得到 {got[0, 0, 1, :4].tolist()}"
-x_rand = torch.randn(2, 3, 5, 16)
-got = apply_partial_rope(x_rand, *rope_cos_sin(torch.arange(5), 8, 1e4))
-assert torch.allclose(got[..., :8].norm(dim=-1), x_rand[..., :8].norm(dim=-1), atol=1e-5), "旋转不应改变前 rotary_dim 维的长度"
-got = apply_partial_rope(x_rand.to(torch.bfloat16), *rope_cos_sin(torch.arange(5), 8, 1e4))
-assert got.dtype == torch.bfloat16, f"输入是 bfloat16，输出也应是 bfloat16（cos/sin 先转成 x 的 dtype），得到 {got.dtype}"
-print("✓ apply_partial_rope：配对、方向、不转的维和 dtype 都对")
+from course.checking import check
+check("apply_partial_rope")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -545,41 +496,8 @@ assert torch.allclose(wide_open, no_gate, atol=1e-5), \
 print("✓ 第 4 步：门、合并头和 o_proj 都对")
 
 # %% tags=["tests:Qwen35Attention"]
-from course import inplace
-Qwen35Attention = inplace.guard(Qwen35Attention)  # as in grading: changing an input in place fails
-torch.manual_seed(0)
-layer = Qwen35Attention(small)
-with torch.no_grad():
-    out_layer = layer(x_layer, cos_l, sin_l)
-assert out_layer.shape == (2, 5, 24), f"输出应是 [B, T, d] = (2, 5, 24)，得到 {tuple(out_layer.shape)}"
-# Causal: changing the last token must not change the outputs before it.
-x_changed = x_layer.clone()
-x_changed[:, -1] += 1.0
-with torch.no_grad():
-    out_changed = layer(x_changed, cos_l, sin_l)
-assert torch.allclose(out_changed[:, :-1], out_layer[:, :-1], atol=1e-5), \
-    "改了最后一个 token，前面 token 的输出也变了：因果掩码加上了吗？"
-# Padding on the left: the three real tokens must come out as if the sentence were alone (RoPE only sees
-# distances, so sitting at positions 2-4 instead of 0-2 changes nothing).
-left_pad = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
-with torch.no_grad():
-    out_padded = layer(x_layer, cos_l, sin_l, attention_mask=left_pad)
-    out_alone = layer(x_layer[1:, 2:], cos_l[:3], sin_l[:3])
-assert torch.isfinite(out_padded).all(), "左侧 padding 时出现了 NaN / inf：pad 的 query 整行被遮住，应输出 0"
-assert torch.allclose(out_padded[1, 2:], out_alone[0], atol=1e-5) and torch.allclose(out_padded[0], out_layer[0], atol=1e-5), \
-    "左侧 padding 的句子，真实 token 的输出应和单独计算时一样：attention_mask 转成 padding_mask 用上了吗？"
-# Close head 0's gate and let o_proj read head 0 only: the output must vanish.
-x_positive = torch.rand(1, 5, 24) + 0.5
-with torch.no_grad():
-    layer.o_proj.weight[:, 8:] = 0.0                     # o_proj's columns of heads 1-3 off
-    out_open = layer(x_positive, cos_l, sin_l)
-    layer.q_proj.weight.view(4, 2, 8, 24)[0, 1] = -1.0  # head 0's gate rows: gate score = -sum(x) < -12
-    out_closed = layer(x_positive, cos_l, sin_l)
-assert out_open.abs().max() > 1e-3, "门开着时头 0 应有输出，得到的却几乎是 0"
-assert out_closed.abs().max() < 1e-4, \
-    f"关上头 0 的门、o_proj 只读头 0 时，输出应约为 0，得到最大值 {out_closed.abs().max():.3g}：" \
-    "门是按头交错拆的吗？过了 sigmoid 吗？是乘在 o_proj 之前吗？"
-print("✓ Qwen35Attention：子模块、形状、因果掩码、padding 和输出门都对")
+from course.checking import check
+check("Qwen35Attention")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade

@@ -181,46 +181,8 @@ def flash_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c
 
 
 # %% tags=["tests:flash_attention_forward"]
-from course import inplace
-flash_attention_forward = inplace.guard(flash_attention_forward)  # as in grading: changing an input in place fails
-
-
-def naive_lse(q, k, causal):
-    """The log-sum-exp of each row of the whole score table, for the checks."""
-    s = attention_scores(q, k)
-    if causal:
-        s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2]), float("-inf"))
-    return torch.logsumexp(s, dim=-1)
-
-
-torch.manual_seed(0)
-for q_len, k_len, causal, blocks in [(37, 37, False, (16, 8)), (40, 40, True, (16, 16)), (20, 45, True, (8, 16)),
-                                     (30, 12, True, (8, 8))]:
-    q_c, k_c, v_c = torch.randn(2, 3, q_len, 8), torch.randn(2, 3, k_len, 8), torch.randn(2, 3, k_len, 5)
-    o_c, lse_c = flash_attention_forward(q_c, k_c, v_c, causal, *blocks)
-    where = f"Tq={q_len}，Tk={k_len}，causal={causal}，块 {blocks}"
-    assert isinstance(o_c, torch.Tensor) and isinstance(lse_c, torch.Tensor), f"{where}：应返回 (o, lse) 两个张量"
-    assert o_c.shape == (2, 3, q_len, 5), f"{where}：o 应是 {(2, 3, q_len, 5)}，得到 {tuple(o_c.shape)}"
-    assert lse_c.shape == (2, 3, q_len), f"{where}：lse 应是 {(2, 3, q_len)}（每行一个数），得到 {tuple(lse_c.shape)}"
-    expected, _ = attention(q_c, k_c, v_c, causal_mask(q_len, k_len) if causal else None)
-    assert not o_c.isnan().any(), f"{where}：o 里有 NaN：看不见任何 key 的行，m 还是 −inf 时按 0 平移，最后 ℓ = 0 处输出 0"
-    assert torch.allclose(o_c, expected, atol=1e-5), f"{where}：o 和 attention 的输出不一样，最多差 " \
-        f"{(o_c - expected).abs().max():.2e}"
-    want = naive_lse(q_c, k_c, causal)
-    assert torch.equal(lse_c.isinf(), want.isinf()), f"{where}：lse 应在看不见任何 key 的行是 −inf，其余行是有限的数"
-    assert torch.allclose(lse_c.nan_to_num(neginf=0.0), want.nan_to_num(neginf=0.0), atol=1e-5), \
-        f"{where}：lse 和 logsumexp(分数) 不一样，最多差 {(lse_c - want).nan_to_num().abs().max():.2e}：lse = m + log ℓ"
-
-# Causal tiles skipped: with 16 × 16 tiles and Tq = Tk = 64, 10 of the 16 tiles are computed.
-q_c, k_c, v_c = torch.randn(1, 2, 64, 8), torch.randn(1, 2, 64, 8), torch.randn(1, 2, 64, 8)
-with FlopCounterMode(display=False) as whole:
-    flash_attention_forward(q_c, k_c, v_c, False)
-with FlopCounterMode(display=False) as causal_only:
-    flash_attention_forward(q_c, k_c, v_c, True)
-share = causal_only.get_total_flops() / whole.get_total_flops()
-assert share <= 10 / 16 + 1e-9, f"causal=True 时矩阵乘法的 FLOPs 是不带 causal 的 {share:.0%}，应是 10/16 = 62.5%：" \
-    "整块都在最后一个 query 之后的 key 块跳过了吗？"
-print("✓ flash_attention_forward：o 和 attention 一样，lse 和 logsumexp 一样，看不见 key 的行是 0 和 −inf，因果时跳过了上方的块")
+from course.checking import check
+check("flash_attention_forward")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -401,33 +363,8 @@ def flash_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
 
 # %% tags=["tests:flash_attention_backward"]
-from course import inplace
-flash_attention_backward = inplace.guard(flash_attention_backward)  # as in grading: changing an input in place fails
-
-
-def autograd_grads(q, k, v, do, causal):
-    """dq, dk, dv of 01's attention, by autograd: what the backward pass must give."""
-    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-    out, _ = attention(*leaves, causal_mask(q.shape[-2], k.shape[-2]) if causal else None)
-    out.backward(do)
-    return [leaf.grad for leaf in leaves]
-
-
-torch.manual_seed(0)
-for q_len, k_len, causal, blocks in [(37, 37, False, (16, 8)), (40, 40, True, (16, 16)), (20, 45, True, (8, 16)),
-                                     (30, 12, True, (8, 8))]:
-    q_c, k_c, v_c = torch.randn(2, 3, q_len, 8), torch.randn(2, 3, k_len, 8), torch.randn(2, 3, k_len, 5)
-    do_c = torch.randn(2, 3, q_len, 5)
-    o_c, _ = attention(q_c, k_c, v_c, causal_mask(q_len, k_len) if causal else None)
-    lse_c = naive_lse(q_c, k_c, causal)
-    got = flash_attention_backward(q_c, k_c, v_c, o_c, lse_c, do_c, causal, *blocks)
-    where = f"Tq={q_len}，Tk={k_len}，causal={causal}，块 {blocks}"
-    assert isinstance(got, (tuple, list)) and len(got) == 3, f"{where}：应返回 (dq, dk, dv) 三个张量"
-    for name, g, want in zip(("dq", "dk", "dv"), got, autograd_grads(q_c, k_c, v_c, do_c, causal)):
-        assert g.shape == want.shape, f"{where}：{name} 应是 {tuple(want.shape)}，得到 {tuple(g.shape)}"
-        assert not g.isnan().any(), f"{where}：{name} 里有 NaN：lse = −inf 的行，先把 lse 换成 0 再算 exp(S − lse)"
-        assert torch.allclose(g, want, atol=1e-5), f"{where}：{name} 和 autograd 的不一样，最多差 {(g - want).abs().max():.2e}"
-print("✓ flash_attention_backward：dq、dk、dv 和 autograd 一样（因果、带缓存、Tq > Tk 都试了）")
+from course.checking import check
+check("flash_attention_backward")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
@@ -452,8 +389,8 @@ grade("flash_attention_backward")
 # 难度：🔴🔴⚪⚪⚪ · 约 10 分钟
 #
 # 用你的 `flash_attention_forward` 和 `flash_attention_backward`（块大小用默认的 16）写出这个 `torch.autograd.Function`。
-# 检查单元会用 `torch.autograd.gradcheck` 在 float64 里拿有限差分核对你的反向。评分时，`FlashAttention` 的前向和反向
-# 也各自在块的监视下运行（默认的 16 × 16 块）：里面不能出现整张分数表，因果时同样要跳过该跳过的块。
+# 检查之后，再用 `torch.autograd.gradcheck` 在 float64 里拿有限差分核对你的反向。检查和评分时，`FlashAttention` 的前向和反向
+# 各自在块的监视下运行（默认的 16 × 16 块）：里面不能出现整张分数表，因果时同样要跳过该跳过的块。
 
 # %% tags=["solution:FlashAttention"]
 class FlashAttention(torch.autograd.Function):
@@ -478,23 +415,21 @@ class FlashAttention(torch.autograd.Function):
 
 
 # %% tags=["tests:FlashAttention"]
-from course import inplace
-FlashAttention = inplace.guard(FlashAttention)  # as in grading: changing an input in place fails
-torch.manual_seed(0)
-q_g, k_g, v_g = (torch.randn(1, 2, 20, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
-for causal in (False, True):
-    o_g = FlashAttention.apply(q_g, k_g, v_g, causal)
-    assert isinstance(o_g, torch.Tensor), f"FlashAttention.apply 应只返回 o，得到 {type(o_g).__name__}"
-    expected, _ = attention(q_g, k_g, v_g, causal_mask(20) if causal else None)
-    assert torch.allclose(o_g, expected), f"causal={causal}：FlashAttention.apply 的输出和 attention 的不一样"
-    assert torch.autograd.gradcheck(lambda q, k, v: FlashAttention.apply(q, k, v, causal), (q_g, k_g, v_g)), \
-        f"causal={causal}：gradcheck 没有通过"
-print("✓ FlashAttention：输出和 attention 一样，float64 里 gradcheck 通过（有限差分和你的反向一致）")
+from course.checking import check
+check("FlashAttention")
 
 ### BEGIN HIDDEN TESTS
 from autograder.instructor.hidden_cells import grade
 grade("FlashAttention")
 ### END HIDDEN TESTS
+
+# %%
+torch.manual_seed(0)
+q_g, k_g, v_g = (torch.randn(1, 2, 20, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+for causal in (False, True):
+    passed = torch.autograd.gradcheck(lambda q, k, v: FlashAttention.apply(q, k, v, causal), (q_g, k_g, v_g),
+                                      raise_exception=False)
+    print(f"causal={causal}：gradcheck {'通过，有限差分和你的反向一致' if passed else '没有通过：你的反向和有限差分不一致'}")
 
 # %% [markdown]
 # `gradcheck` 把每个输入的每个元素挪一点点，用 $\frac{f(x + \varepsilon) - f(x - \varepsilon)}{2\varepsilon}$ 估出数值梯度，

@@ -242,8 +242,8 @@ def test_the_visible_check_fails_a_solution_that_changes_its_input_in_place(caps
     _run_check(A, "masked_softmax", solution_code(A)["masked_softmax"])
     assert "✓ masked_softmax" in capsys.readouterr().out
     in_place = a02.CORRECT["split_heads"].replace("def split_heads(x, num_heads):", "def split_heads(x, num_heads):\n    x.mul_(2)")
-    with pytest.raises(AssertionError, match=r"split_heads 原地修改了输入：调用之后，输入的值变了：参数 x。"):
-        _run_check(B, "split_heads", in_place)  # a check still written by hand guards its code
+    with pytest.raises(AssertionError, match=r"split_heads：没有通过：原地修改了输入\n用例：.*\n.*\n调用之后，输入的值变了：参数 x。"):
+        _run_check(B, "split_heads", in_place)  # the output is wrong too: the changed input is still named
 
 
 def test_the_grader_names_a_changed_input_as_the_visible_check_does():

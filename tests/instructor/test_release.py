@@ -108,6 +108,21 @@ def test_a_fresh_clone_grades_and_exports_only_what_was_released(tmp_path):
     assert float(rows[0]["score"]) == float(rows[0]["max_score"]) == sum(e.points for e in ASSIGNMENTS[ASSIGNMENT])
 
 
+def test_without_the_models_weights_a_release_keeps_the_visible_checks_it_has(tmp_path, monkeypatch, capsys):
+    """An instructor who releases 01 on a machine without SmolLM2 keeps 07's checks file (made from the same pinned
+    weights); with no file to keep, the release stops and says how to get the weights."""
+    from autograder.instructor import release
+    from course.cache import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(release, "ASSIGNMENTS", {"07_real_model": ASSIGNMENTS["07_real_model"]})
+    committed = REPO / "release" / "07_real_model" / "checks.pt.xz"
+    assert release.checks_files(REPO / "release") == {"07_real_model": committed.read_bytes()}
+    assert "kept as they were" in capsys.readouterr().err
+    with pytest.raises(ReleaseError, match="course-weights smollm2"):
+        release.checks_files(tmp_path)
+
+
 def test_course_release_refuses_an_unknown_assignment(capsys):
     assert main(["--assignment", "01_attention"]) == 1  # refused before anything is written
     said = capsys.readouterr().err

@@ -176,7 +176,7 @@ def test_run_all_on_a_fresh_working_copy_stops_at_the_first_exercise(browser, la
     assert len(failing) == 1, f"errors in cells {failing}; screenshot: {shot}"
     first = failing[0]
     assert "NotImplementedError" in found[first]["errors"][0], found[first]["errors"][0][-500:]
-    assert "attention_scores(" in found[first]["source"], "the stop is not the first exercise's check"
+    assert 'check("attention_scores")' in found[first]["source"], "the stop is not the first exercise's check"
     later = [c for c in found[first + 1:] if c["code"]]
     assert later and not any(_executed(c) for c in later), "Run All went on after the first error"
     page.close()

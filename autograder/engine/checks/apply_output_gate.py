@@ -2,7 +2,7 @@
 import torch
 
 from autograder.engine.inputs.seeded import dtype_name, generator, randn
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case
 from solutions.output_gate import apply_output_gate
 
@@ -23,7 +23,7 @@ def cases() -> list[Case]:
                       (randn(gen, 2, 3, 4), randn(gen, 2, 3, 4, scale=30))))
     found.append(Case("门分数到了 ±100 以上（exp 在 float32 里超过 88 就是 inf）：门还是 0 或 1",
                       (randn(gen, 2, 4), torch.tensor([[120.0, -120.0, 95.0, -3.0], [0.5, 200.0, -95.0, 89.0]]))))
-    return found
+    return public(found, 0, 3, 4, 6)
 
 
 MISTAKES = (

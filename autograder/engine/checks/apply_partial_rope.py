@@ -3,7 +3,7 @@
 import torch
 
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case
 from solutions.qwen35_attention import apply_partial_rope
 from solutions.rope_mla import rope_cos_sin
@@ -22,7 +22,7 @@ def cases() -> list[Case]:
         note = "（全部旋转）" if rotary_dim == dim else f"（只转前 {rotary_dim} 维）"
         found.append(Case(f"x {shape(x)}，cos/sin [{seq}, {rotary_dim}]{note}，位置从 3 开始，{dtype_name(dtype)}",
                           (x, cos, sin)))
-    return found
+    return public(found, 0, 2, 4)
 
 
 def _split(x, cos):

@@ -10,7 +10,7 @@ import torch
 
 from autograder.engine.combined import variants
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case
 from solutions.real_model import apply_penalties
 
@@ -46,7 +46,7 @@ def cases() -> list[Case]:
     gen = generator(88)
     repeated = _ids(gen, 1, 12, 8)  # eight tokens, twelve draws: several repeat
     crossing = _crossing(gen)
-    return [
+    return public([
         _case(f"手算的例子{HAND_SEEN}，只有 repetition penalty", HAND_LOGITS, HAND_IDS, repetition_penalty=1.3),
         _case(f"手算的例子{HAND_SEEN}，只有 frequency penalty", HAND_LOGITS, HAND_IDS, frequency_penalty=0.5),
         _case(f"手算的例子{HAND_SEEN}，只有 presence penalty", HAND_LOGITS, HAND_IDS, presence_penalty=0.2),
@@ -68,7 +68,7 @@ def cases() -> list[Case]:
               repetition_penalty=1.3, frequency_penalty=0.25, presence_penalty=0.5),
         _case(f"和 SmolLM2 一样大的词表 V={VOCAB:,}，生成过 200 个 token", randn(gen, 2, VOCAB, scale=3.0),
               _ids(gen, 2, 200, 300), repetition_penalty=1.2, frequency_penalty=0.1, presence_penalty=0.3),
-    ]
+    ], 0, 10, 11)
 
 
 @variants

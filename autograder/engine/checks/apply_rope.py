@@ -3,7 +3,7 @@
 import torch
 
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case
 from solutions.rope_mla import apply_rope, rope_cos_sin
 
@@ -24,7 +24,7 @@ def cases() -> list[Case]:
         cos, sin = rope_cos_sin(torch.arange(start, start + seq), dim, theta)
         found.append(Case(f"x {shape(x)}，cos/sin [{seq}, {dim}]（float32），位置从 {start} 开始，theta {theta:g}，"
                           f"{dtype_name(dtype)}", (x, cos, sin)))
-    return found
+    return public(found, 0, 5, 7)
 
 
 def interleaved(frequencies):

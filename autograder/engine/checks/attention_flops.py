@@ -2,7 +2,8 @@
 import math
 
 from autograder.engine.combined import variants
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
+from course.output_rules import flops_as_int
 from course.protocols import Case
 from solutions.gqa_kv_cache import attention_flops
 
@@ -15,7 +16,7 @@ def _case(note: str, *args: int) -> Case:
 
 
 def cases() -> list[Case]:
-    return [
+    return public([
         _case("手算的小例子：一个头，一个 token", 1, 1, 1, 4, 1, 1, 4),
         _case("MHA，整句一次算（q_len = k_len）", 1, 6, 6, 64, 8, 8, 8),
         _case("GQA：8 个 query 头，2 个 KV 头，batch 2", 2, 5, 5, 64, 8, 2, 8),
@@ -26,13 +27,7 @@ def cases() -> list[Case]:
         # Beyond 2^53, where a float can no longer hold every integer, and beyond int32: exact only as an int.
         _case("很大的数（SmolLM2-135M 的尺寸，batch 1001，一百万个 token）：超过 2⁵³，float 已经存不准，只有 Python 的 int 是精确的",
               1001, 1000001, 1000001, 576, 9, 3, 64),
-    ]
-
-
-def verify(case: Case, got) -> str | None:
-    if type(got) is not int:
-        return f"应该返回 Python 的 int（FLOPs 是整数），得到的是 {type(got).__name__}。"
-    return None
+    ], 0, 5, 7)
 
 
 def _counted(batch, q_len, k_len, hidden_size, num_heads, num_kv_heads, head_dim, *, per_mac=2, o_proj=True,
@@ -110,4 +105,4 @@ MISTAKES = (
             _wrong(projected="k_len")),
 )
 
-EXERCISE = Exercise("attention_flops", 1, attention_flops, cases, MISTAKES, verify=verify)
+EXERCISE = Exercise("attention_flops", 1, attention_flops, cases, MISTAKES, verify=flops_as_int)

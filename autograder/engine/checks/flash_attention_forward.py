@@ -9,7 +9,7 @@ import torch
 from autograder.engine.combined import variants
 from autograder.engine.inputs import flash
 from autograder.engine.inputs.seeded import generator
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case, call_tiled
 from solutions.flash_attention import flash_attention_forward
 
@@ -30,7 +30,7 @@ def cases() -> list[Case]:
         q, k, v = flash.qkv(gen, lead, q_len, k_len, dtype=dtype, scale=scale)
         blocks = {} if block_q is None else {"block_q": block_q, "block_k": block_k}
         found.append(Case(label + flash.layout(q, v, causal, block_q, block_k), (q, k, v), {"causal": causal, **blocks}))
-    return found
+    return public(found, 0, 5, 6, 10)
 
 
 def hidden(q_start: int, rows: int, k_start: int, cols: int, offset: int, diagonal: bool = True) -> torch.Tensor:

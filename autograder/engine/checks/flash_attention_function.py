@@ -6,7 +6,7 @@ import torch
 from autograder.engine.checks.flash_attention_forward import TOO_LARGE
 from autograder.engine.inputs import flash
 from autograder.engine.inputs.seeded import generator, randn
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case, call_autograd
 from solutions.flash_attention import FlashAttention, flash_attention_backward, flash_attention_forward
 
@@ -25,7 +25,7 @@ def cases() -> list[Case]:
         do = randn(gen, *lead, q_len, v.shape[-1], dtype=dtype)
         found.append(Case(f"{label}q {list(q.shape)}，k/v 长 {k_len}（Dv = {v.shape[-1]}），causal={causal}，{dtype}，"
                           "o.backward(do)", (q, k, v, causal, do)))
-    return found
+    return public(found, 0, 1, 3)
 
 
 class _Swapped(FlashAttention):

@@ -6,9 +6,9 @@ import torch
 
 from autograder.engine.inputs import smollm2
 from autograder.engine.judging import reference_result
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case, call_generate
-from course.smollm2 import chat_prompt
+from course.smollm2 import ModelFolder, chat_prompt
 
 # The loops below run in a model built with the LlamaAttention found among this module's names, and
 # decode with its KVCache (protocols.call_generate).
@@ -26,17 +26,17 @@ def _case(folder, texts, max_new_tokens, note, shown=None) -> Case:
     padding = "，短的那句左侧 padding（给了 attention_mask）" if mask is not None else ""
     label = (f"{note}提示词 {prompts}（{ids.shape[1]} 个 token{padding}），生成 {max_new_tokens} 个 token。"
              f"{_OWN_ATTENTION}")
-    return Case(label, (str(folder), ids, max_new_tokens, mask))
+    return Case(label, (ModelFolder(folder), ids, max_new_tokens, mask))
 
 
 def cases() -> list[Case]:
     folder = smollm2.model_folder()
-    return [
+    return public([
         _case(folder, ["The capital of France is"], 3, ""),
         _case(folder, ["The quick brown fox jumps over the", "Paris is the capital of"], 4, "一批两句，"),
         _case(folder, [chat_prompt(QUESTION)], 3, "对话格式，", shown=[f"用户问：{QUESTION}"]),
         _case(folder, ["Once upon a time"], 1, "只生成一个 token，"),
-    ]
+    ], 0, 1, 2)
 
 
 def _loop(*, position=-1, shared_cache=False, cached=True, whole_sequence=False, extend_mask=True):

@@ -6,7 +6,7 @@ import torch
 from autograder.engine.checks import ATTENTION_BASICS
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case, call_decoder
 from solutions.attention_basics import attention, causal_mask, padding_mask
 
@@ -38,7 +38,7 @@ def cases() -> list[Case]:
     gen = generator(33)
     right_pad = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
     left_pad = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
-    return [
+    return public([
         _case(gen, 16, 4, 2, 1, 4, note="小例子，"),
         _case(gen, 32, 4, 2, 2, 5),
         _case(gen, 32, 4, 4, 2, 5),
@@ -52,7 +52,7 @@ def cases() -> list[Case]:
         _case(gen, 1024, 8, 2, 1, 4, head_dim=256, steps=(3, 1), note="Qwen3.5 的形状（随机权重），"),
         _case(gen, 32, 8, 2, 2, 5, dtype=torch.float64, attention_mask=right_pad[:, 1:], steps=(3, 2)),
         _case(gen, 64, 4, 2, 2, 6, dtype=torch.bfloat16, attention_mask=right_pad, steps=(4, 1, 1)),
-    ]
+    ], 0, 4, 7, 11, 12)
 
 
 class Variant(GroupedQueryAttention):

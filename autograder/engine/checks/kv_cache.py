@@ -3,7 +3,7 @@
 import torch
 
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, three_tokens
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case, call_cache
 from solutions.gqa_kv_cache import KVCache
 
@@ -31,7 +31,7 @@ def cases() -> list[Case]:
         steps = _steps(gen, batch, kv_heads, dim, lengths, dtype)
         found.append(Case(f"k/v 形状 [{batch}, {kv_heads}, T, {dim}]，{note}，{dtype_name(dtype)}", (steps,)))
     assert all(len(case.args[0]) == UPDATES for case in found), "OUTPUT_NAMES names the outputs of UPDATES updates"
-    return found
+    return public(found, 0, 2, 3)
 
 
 def _concat_on(dim):

@@ -1,5 +1,6 @@
 """Check of ``kv_cache_bytes(batch, seq_len, num_layers, num_kv_heads, head_dim, bytes_per_elem)`` → int."""
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
+from course.output_rules import bytes_as_int
 from course.protocols import Case
 from solutions.gqa_kv_cache import kv_cache_bytes
 
@@ -12,7 +13,7 @@ def _case(note: str, *args: int) -> Case:
 
 
 def cases() -> list[Case]:
-    return [
+    return public([
         # Seed 003's example, counted in numbers (bytes_per_elem=1): d_model 256, 8 heads of 32.
         _case("种子 003 的例子，MHA：8 个 KV 头，一层一个 token，按元素个数算", 1, 1, 1, 8, 32, 1),
         _case("种子 003 的例子，MQA：1 个 KV 头", 1, 1, 1, 1, 32, 1),
@@ -21,13 +22,7 @@ def cases() -> list[Case]:
         _case("Qwen3.5-0.8B 每个 token：6 个全注意力层，bf16", 1, 1, 6, 2, 256, 2),
         _case("Qwen3.5-0.8B，batch 4，32768 个 token", 4, 32768, 6, 2, 256, 2),
         _case("很大的缓存：结果超过 2³¹，用 Python 的 int 不会溢出", 8, 131072, 32, 8, 128, 2),
-    ]
-
-
-def verify(case: Case, got) -> str | None:
-    if type(got) is not int:
-        return f"应该返回 Python 的 int（字节数是整数），得到的是 {type(got).__name__}。"
-    return None
+    ], 0, 2, 6)
 
 
 def _dropping(position: int):
@@ -47,4 +42,4 @@ MISTAKES = (
     Mistake("忘了乘 seq_len", "缓存里每个位置都存一份。", _dropping(1)),
 )
 
-EXERCISE = Exercise("kv_cache_bytes", 1, kv_cache_bytes, cases, MISTAKES, verify=verify)
+EXERCISE = Exercise("kv_cache_bytes", 1, kv_cache_bytes, cases, MISTAKES, verify=bytes_as_int)

@@ -3,7 +3,7 @@
 import torch
 
 from autograder.engine.inputs.seeded import dtype_name, generator, randn
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case, call_cache
 from solutions.rope_mla import LatentKVCache
 
@@ -28,7 +28,7 @@ def cases() -> list[Case]:
         found.append(Case(f"latent [{batch}, T, {rank}]、k_rope [{batch}, T, {rope}]，{note}，{dtype_name(dtype)}",
                           (steps,)))
     assert all(len(case.args[0]) == UPDATES for case in found), "OUTPUT_NAMES names the outputs of UPDATES updates"
-    return found
+    return public(found, 0, 2, 3)
 
 
 def _concat_on(dim):

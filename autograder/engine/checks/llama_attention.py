@@ -10,7 +10,7 @@ import torch
 from autograder.engine.checks import ATTENTION_BASICS, grouped_query_attention
 from autograder.engine.inputs import modules, smollm2
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case, call_decoder
 from course.tolerances import Tolerance
 from solutions.attention_basics import masked_softmax
@@ -62,7 +62,7 @@ def cases() -> list[Case]:
     smollm2_shape = config(576, 9, 3, 64, theta=100_000.0)
     layer = smollm2.real_layer()  # the weights: a grader problem, before anything is graded, when missing
     decode = (layer.x.shape[1] - 4, 1, 1, 1, 1)  # prefill, then the last four tokens one by one
-    return [
+    return public([
         _random_case(gen, config(16, 4, 2, 4, theta=10.0), 1, 4, note="小例子，"),
         _random_case(gen, config(32, 4, 2, 8), 2, 5),
         _random_case(gen, config(32, 4, 4, 8), 2, 5, note="MHA，"),
@@ -80,7 +80,7 @@ def cases() -> list[Case]:
         _real_case(layer, torch.float32, steps=decode),
         _real_case(layer, torch.bfloat16),
         _real_case(layer, torch.bfloat16, steps=decode),
-    ]
+    ], 0, 4, 9, 10)
 
 
 def _rope_adjacent_pairs(x, cos, sin):

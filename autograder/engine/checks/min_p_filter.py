@@ -7,10 +7,10 @@ batch, or an absolute one, keeps a different set; no probability lies on a bound
 exact in every dtype)."""
 import torch
 
-from autograder.engine.checks.sampling_probs import removed_exactly_zero
 from autograder.engine.combined import variants
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
+from course.output_rules import min_p_removed_are_zero
 from course.protocols import Case
 from solutions.real_model import min_p_filter
 
@@ -44,7 +44,7 @@ def _clear(probs: torch.Tensor, min_p: float) -> torch.Tensor:
 def cases() -> list[Case]:
     gen = generator(89)
     mixed = _clear(_softmax(gen, 3, 40, [4.0, 1.0, 2.5]), 0.1)
-    return [
+    return public([
         _case("手算的例子（两行各 5 个 token，第 0 行最大 0.6，第 1 行最大 0.3）", HAND, 0.5),
         _case("手算的例子，min_p 小一些", HAND, 0.2),
         _case("min_p = 0：一个也不去掉", _softmax(gen, 2, 12, [2.0, 1.0]), 0.0),
@@ -55,12 +55,7 @@ def cases() -> list[Case]:
         _case(f"{dtype_name(torch.float64)}", _clear(_softmax(gen, 2, 100, [3.0, 1.5], torch.float64), 0.05), 0.05),
         _case(f"{dtype_name(torch.bfloat16)}", _clear(_softmax(gen, 2, 64, [3.0, 1.0]), 0.2).to(torch.bfloat16), 0.2),
         _case(f"和 SmolLM2 一样大的词表 V={VOCAB:,}", _clear(_softmax(gen, 2, VOCAB, [3.0, 1.5]), 0.05), 0.05),
-    ]
-
-
-def verify(case: Case, got: torch.Tensor) -> str | None:
-    return removed_exactly_zero(min_p_filter(*case.in_float64().args, **case.kwargs), got,
-                                "用 masked_fill(…, 0.0) 或 torch.where 把它们置零，再重新归一化。")
+    ], 0, 3, 7, 8)
 
 
 @variants
@@ -106,4 +101,4 @@ MISTAKES = (
 
 OUTPUT_NAMES = ("probs [B, V]",)
 
-EXERCISE = Exercise("min_p_filter", 2, min_p_filter, cases, MISTAKES, verify=verify)
+EXERCISE = Exercise("min_p_filter", 2, min_p_filter, cases, MISTAKES, verify=min_p_removed_are_zero)

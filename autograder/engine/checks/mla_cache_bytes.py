@@ -1,5 +1,6 @@
 """Check of ``mla_cache_bytes(batch, seq_len, num_layers, kv_lora_rank, qk_rope_head_dim, bytes_per_elem)`` → int."""
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
+from course.output_rules import bytes_as_int
 from course.protocols import Case
 from solutions.rope_mla import mla_cache_bytes
 
@@ -12,19 +13,13 @@ def _case(note: str, *args: int) -> Case:
 
 
 def cases() -> list[Case]:
-    return [
+    return public([
         _case("教程里的例子：一层一个 token，按元素个数算（64 维 latent + 26 维 rope key = 90）", 1, 1, 1, 64, 26, 1),
         _case("DeepSeek-V2 一层一个 token，按元素个数算（512 + 64 = 576）", 1, 1, 1, 512, 64, 1),
         _case("每个参数都不同（float32，4 字节）", 3, 5, 7, 16, 8, 4),
         _case("DeepSeek-V2：60 层，bf16，batch 4，32768 个 token", 4, 32768, 60, 512, 64, 2),
         _case("很大的缓存：结果超过 2³¹，用 Python 的 int 不会溢出", 16, 131072, 61, 512, 64, 2),
-    ]
-
-
-def verify(case: Case, got) -> str | None:
-    if type(got) is not int:
-        return f"应该返回 Python 的 int（字节数是整数），得到的是 {type(got).__name__}。"
-    return None
+    ], 0, 2, 4)
 
 
 def _dropping(position: int):
@@ -46,4 +41,4 @@ MISTAKES = (
     Mistake("忘了乘 seq_len", "缓存里每个位置都存一份。", _dropping(1)),
 )
 
-EXERCISE = Exercise("mla_cache_bytes", 1, mla_cache_bytes, cases, MISTAKES, verify=verify)
+EXERCISE = Exercise("mla_cache_bytes", 1, mla_cache_bytes, cases, MISTAKES, verify=bytes_as_int)

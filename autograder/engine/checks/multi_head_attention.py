@@ -9,7 +9,7 @@ import torch
 from autograder.engine.checks import ATTENTION_BASICS
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case, call_module
 from solutions.attention_basics import causal_mask, masked_softmax, padding_mask
 from solutions.multi_head import MultiHeadAttention, merge_heads, split_heads
@@ -42,7 +42,7 @@ def cases() -> list[Case]:
     gen = generator(23)
     right_pad = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
     left_pad = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
-    return [
+    return public([
         _toy(),
         _random(gen, "随机权重", 32, 4, 2, 5),
         _random(gen, "第二句右侧有两个 pad", 24, 3, 2, 6, attention_mask=right_pad),
@@ -56,7 +56,7 @@ def cases() -> list[Case]:
         _random(gen, "种子 004 的形状", 512, 8, 2, 5),
         _random(gen, "随机权重", 32, 4, 2, 6, torch.float64, attention_mask=right_pad),
         _random(gen, "随机权重", 64, 4, 2, 6, torch.bfloat16, attention_mask=right_pad),
-    ]
+    ], 0, 3, 7, 9, 10)
 
 
 class _Variant(MultiHeadAttention):

@@ -10,7 +10,7 @@ from autograder.engine.checks import ATTENTION_BASICS
 from autograder.engine.checks import apply_rope as apply_rope_check
 from autograder.engine.inputs import modules
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case, call_latent_decoder
 from solutions.attention_basics import masked_softmax
 
@@ -63,7 +63,7 @@ def cases() -> list[Case]:
     small, compressed = config(32, 2, 8, 4, 4, 6), config(48, 4, 16, 8, 4, 8, q_rank=12)
     right_pad = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
     left_pad = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
-    return [
+    return public([
         _case(gen, small, 1, 5, note="小配置，"),
         _case(gen, compressed, 2, 6, note="query 也压缩，"),
         _case(gen, compressed, 2, 6, attention_mask=right_pad, note="右侧 padding，"),
@@ -76,7 +76,7 @@ def cases() -> list[Case]:
         _case(gen, compressed, 2, 5, dtype=torch.float64, attention_mask=right_pad[:, 1:], steps=(3, 2)),
         _case(gen, small, 2, 6, dtype=torch.bfloat16, attention_mask=right_pad, steps=(4, 1, 1)),
         _case(gen, config(512, 8, 128, 32, 16, 32, q_rank=96), 1, 4, steps=(3, 1), note="大一些的形状，"),
-    ]
+    ], 0, 3, 8, 9)
 
 
 class _Variant(MultiHeadLatentAttention):

@@ -8,7 +8,7 @@ import torch
 from autograder.engine.checks import ATTENTION_BASICS
 from autograder.engine.inputs.modules import linear_weights, padding_query_rows
 from autograder.engine.inputs.seeded import dtype_name, generator, randn
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course import qwen35_weights as checkpoint
 from course.protocols import LAYER_STAGES, Case, call_layer
 from course.qwen35 import PROMPT, PROMPT_IDS
@@ -64,7 +64,7 @@ def cases() -> list[Case]:
     right_pad = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
     left_pad = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
     found = checkpoint.find_checkpoint()  # looked up once: both layer-3 cases read the same files
-    return [
+    return public([
         _random_case(gen, "小配置（hidden = H·D）", config(32, 4, 2, 8), 1, 5, 4),
         _random_case(gen, "小配置，第二句右侧 padding", config(32, 4, 2, 8), 2, 5, 4, attention_mask=right_pad),
         _random_case(gen, "小配置，第二句左侧 padding（pad 的 query 整行被遮住）", config(24, 2, 2, 12), 2, 5, 4,
@@ -74,7 +74,7 @@ def cases() -> list[Case]:
         _random_case(gen, "小配置", config(64, 4, 2, 16), 2, 6, 8, dtype=torch.bfloat16),
         _layer3_case(found, torch.float32),
         _layer3_case(found, torch.bfloat16),
-    ]
+    ], 0, 2, 3, 5)
 
 
 class _Variant(Qwen35Attention):

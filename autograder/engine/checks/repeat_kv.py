@@ -3,7 +3,7 @@ h // n_rep."""
 import torch
 
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case
 from solutions.gqa_kv_cache import repeat_kv
 
@@ -25,7 +25,7 @@ def cases() -> list[Case]:
     ]:
         x = randn(gen, batch, kv_heads, seq, dim, dtype=dtype)
         found.append(Case(f"随机输入 x {shape(x)}，n_rep = {n_rep}，{dtype_name(dtype)}", (x, n_rep)))
-    return found
+    return public(found, 0, 6, 7)
 
 
 MISTAKES = (

@@ -1,7 +1,7 @@
 """Check of ``rope_cos_sin(positions, rotary_dim, theta)``: ``cos, sin`` of shape ``[T, rotary_dim]``."""
 import torch
 
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case
 from course.tolerances import Tolerance
 from solutions.rope_mla import rope_cos_sin
@@ -12,7 +12,7 @@ TOLERANCES = {torch.float32: Tolerance(atol=1e-4, rtol=0.0)}
 
 
 def cases() -> list[Case]:
-    return [
+    return public([
         Case("小例子：positions = arange(3)，rotary_dim = 4，theta = 100（角度都不大，方便手算）",
              (torch.arange(3), 4, 100.0)),
         Case("positions = arange(6)，rotary_dim = 64，theta = 1e7（Qwen3.5 的设置）", (torch.arange(6), 64, 10_000_000.0)),
@@ -20,7 +20,7 @@ def cases() -> list[Case]:
         Case("只有一个位置：positions = [0]，rotary_dim = 4", (torch.tensor([0]), 4, 10_000.0)),
         Case("解码时的位置 positions = [10, 11, 12, 13]，rotary_dim = 16", (torch.arange(10, 14), 16, 10_000.0)),
         Case("positions = arange(300)，rotary_dim = 32，theta = 1e6", (torch.arange(300), 32, 1_000_000.0)),
-    ]
+    ], 0, 4)
 
 
 def _angles(positions, rotary_dim, theta, steps):

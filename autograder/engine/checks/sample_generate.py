@@ -7,8 +7,9 @@ import torch
 
 from autograder.engine.inputs import smollm2
 from autograder.engine.judging import reference_result
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case, call_sample_generate
+from course.smollm2 import ModelFolder
 
 # The loops below run in a model built with the LlamaAttention found among this module's names, decode with its
 # KVCache and filter with its sampling_probs (protocols.call_sample_generate).
@@ -26,17 +27,17 @@ def _case(folder, texts, max_new_tokens, seed, sampling: dict, note) -> Case:
     options = "，".join(f"{name}={value}" for name, value in sampling.items())
     label = (f"{note}提示词 {prompts}（{ids.shape[1]} 个 token{padding}），用 torch.Generator().manual_seed({seed})（交给你之前已经用它抽过"
              f"一个数）抽 {max_new_tokens} 个 token，{options}。{_OWN_PARTS}")
-    return Case(label, (str(folder), ids, max_new_tokens, mask, seed), sampling)
+    return Case(label, (ModelFolder(folder), ids, max_new_tokens, mask, seed), sampling)
 
 
 def cases() -> list[Case]:
     folder = smollm2.model_folder()
     # Few, short cases: every step runs the whole model once, in the sandbox and again for the reference.
-    return [
+    return public([
         _case(folder, ["Once upon a time"], 2, 1, {"temperature": 0.7, "top_p": 0.9}, ""),
         _case(folder, ["The quick brown fox jumps over the", "My favourite food is"], 4, 0,
               {"temperature": 0.8, "top_k": 40}, "一批两句，"),
-    ]
+    ], 0, 1)
 
 
 def _loop(*, pick="sample", own_generator=True, reseed=False, position=-1, cached=True, options=True, new_mask=1,

@@ -9,7 +9,8 @@ import torch
 
 from autograder.engine.combined import variants
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
+from course.output_rules import sampled_removed_are_zero
 from course.protocols import Case
 from solutions.real_model import sampling_probs
 
@@ -51,7 +52,7 @@ def _large(gen: torch.Generator) -> torch.Tensor:
 
 def cases() -> list[Case]:
     gen = generator(70)
-    return [
+    return public([
         _case("手算的例子（V=5，两行），只做 softmax", HAND[:2]),
         _case("手算的例子（V=5，三行），只留最可能的 2 个", HAND, top_k=2),
         _case("手算的例子，top-p：第 0 行前两个 token 加起来才越过 0.6，另外两行最可能的那个一个就越过了", HAND, top_p=0.6),
@@ -68,22 +69,7 @@ def cases() -> list[Case]:
         _case(f"和 SmolLM2 一样大的词表 V={VOCAB:,}", randn(gen, 2, VOCAB, scale=3), temperature=0.8, top_k=50,
               top_p=0.95),
         _case("top_k 比词表还大：一个也不去掉", randn(gen, 2, 10, scale=2), top_k=50),
-    ]
-
-
-def removed_exactly_zero(want: torch.Tensor, got: torch.Tensor, how: str) -> str | None:
-    """Tokens the reference removed (``want == 0``) must be exactly 0 in ``got``, not merely small: the sampler must
-    never pick them. ``how`` says how to zero them."""
-    leaked = (want == 0) & (got != 0)
-    if leaked.any():
-        return (f"被去掉的 token 的概率应该正好是 0，有 {int(leaked.sum())} 个不是（最大 {got[leaked].abs().max().item():.3g}）："
-                + how)
-    return None
-
-
-def verify(case: Case, got: torch.Tensor) -> str | None:
-    return removed_exactly_zero(sampling_probs(*case.in_float64().args, **case.kwargs), got,
-                                "用 masked_fill(…, 0.0)（或先在 logits 上填 −inf 再 softmax），不要只是减小它们。")
+    ], 0, 1, 8, 9, 10, 12)
 
 
 @variants
@@ -166,4 +152,4 @@ MISTAKES = (
 
 OUTPUT_NAMES = ("probs [B, V]",)
 
-EXERCISE = Exercise("sampling_probs", 3, sampling_probs, cases, MISTAKES, verify=verify)
+EXERCISE = Exercise("sampling_probs", 3, sampling_probs, cases, MISTAKES, verify=sampled_removed_are_zero)

@@ -2,7 +2,7 @@
 import torch
 
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, shape
-from autograder.engine.model import Exercise, Mistake
+from autograder.engine.model import Exercise, Mistake, public
 from course.protocols import Case
 from solutions.multi_head import split_heads
 
@@ -21,7 +21,7 @@ def cases() -> list[Case]:
     ]:
         x = randn(gen, batch, seq, heads * dim, dtype=dtype)
         found.append(Case(f"随机输入 x {shape(x)}，{heads} 个头，{dtype_name(dtype)}", (x, heads)))
-    return found
+    return public(found, 0, 5, 6)
 
 
 def _head_dim(x, num_heads):
