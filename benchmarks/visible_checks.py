@@ -46,8 +46,9 @@ def main() -> int:
                 grader = NAMES.get(entry.id, {}).get(name, "")
                 tally = counts[module.ASSIGNMENT]
                 tally["mistakes"] += 1
-                if failure is None:
-                    tally["passed the public cases (hidden cases only)"] += 1
+                if failure is None:  # the grader's other cases may catch it, or no case (it breaks another exercise)
+                    tally["passed the public cases"] += 1
+                    print(f"  public cases pass: {entry.id} {name} (grader: {grader or 'no name'})")
                     continue
                 mine = said(failure)
                 if mine and mine == grader:

@@ -277,7 +277,7 @@ def _wrong(data: dict, outcomes: list, index: int, problem, changed) -> Failure:
     if named:
         lines.append(f"看起来是：{named[0]}。{named[1]}")
     elif fitting:
-        lines.append("公开的用例分不出是下面哪一种（评分时的用例分得出）：" + "；".join(name for name, _ in fitting[:3]) + "。")
+        lines.append("公开的用例分不出是下面哪一种：" + "；".join(name for name, _ in fitting[:3]) + "。")
     return Failure(f"没有通过：{named[0] if named else SUMMARY[kind]}\n" + "\n".join(lines),
                    mistake=named[0] if named else "")
 

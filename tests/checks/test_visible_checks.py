@@ -108,6 +108,18 @@ def test_the_check_fails_every_seeded_mistake_and_names_none_but_the_graders(mod
     assert want in said if nameable else (want in said or "看起来是：" not in said), said
 
 
+def test_where_the_grader_may_name_a_mistake_the_file_cannot_test_the_check_lists_both():
+    """Greedy decoding without the cache gives the right tokens: the grader names it by a test of the output (code
+    the checks file does not ship), which also accepts what decoding the whole sequence through the cache gives
+    on the public cases; the check lists both rather than name the second."""
+    module = BY_ASSIGNMENT["07_real_model"]
+    code = next(code for name, want, code in module.MISTAKES if (name, want) == ("greedy_generate", "没有靠 KV cache"))
+    said = _verdict(module, module.ASSIGNMENT, "greedy_generate", {"greedy_generate": code})
+    assert "看起来是：" not in said
+    assert ("公开的用例分不出是下面哪一种：每一步都把整个序列又送了一遍，没有靠 KV cache 只送新 token；"
+            "带着缓存把整个序列又送了一遍。") in said, said
+
+
 _KERNEL_CELLS = [
     "import torch",
     # the student's own helper, in a cell of its own below the function that calls it
