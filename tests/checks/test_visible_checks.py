@@ -4,6 +4,7 @@ line ``check("name")``; and the check agrees with the grader on the simulated st
 correct code (every way it is written) passes, the released stub is "not yet implemented", every seeded mistake
 fails, and where the check names a mistake it is the one the grader names. Then a ✓ in the notebook is a promise
 the grader keeps, and a ✗ says what the grader will say."""
+import functools
 import types
 
 import jupytext
@@ -27,6 +28,7 @@ CHECKED = [a for a in ASSIGNMENTS if (REPO / layout.RELEASE / a / layout.CHECKS)
 ALL_PUBLIC = {"sample_generate"}
 
 
+@functools.cache  # read once per process: 08's file takes a tenth of a second to decompress
 def _data(assignment: str) -> dict:
     return checking.load(REPO / layout.RELEASE / assignment / layout.CHECKS)
 
