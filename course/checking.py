@@ -173,10 +173,7 @@ def judge(data: dict, code, notebook: types.ModuleType) -> Failure | None:
             return _raised(data, case, outcome)
         got, changed = outcome
         problem = _problem(data, case, got)
-        if problem is None and changed:
-            return Failure(f"没有通过：{MUTATED}\n用例：{case['label']}\n{inplace.said(changed)}\n看起来是：{MUTATED}。"
-                           f"{inplace.HINT}", mistake=MUTATED)
-        if problem is not None:
+        if problem is not None or changed:
             return _wrong(data, outcomes, index, problem, changed)
     return None
 
@@ -268,9 +265,12 @@ def is_same(stored) -> bool:
 
 
 def _wrong(data: dict, outcomes: list, index: int, problem, changed) -> Failure:
+    """What the grader says of a wrong output on case ``index`` (``problem``, None when only an input changed in
+    place: ``changed``)."""
     case = data["cases"][index]
     text, kind = (problem.text, problem.kind) if hasattr(problem, "kind") else (problem, "values")
-    lines = [f"用例：{case['label']}", text, *([inplace.said(changed)] if changed else [])]
+    lines = [f"用例：{case['label']}", *([text] if problem is not None else []),
+             *([inplace.said(changed)] if changed else [])]
     # Code that changed its input in place on this case gave its output from inputs no mistake was tried on.
     fitting = [(MUTATED, inplace.HINT)] if changed else _fitting(data, outcomes, index)
     named = fitting[0] if len(fitting) == 1 else None
