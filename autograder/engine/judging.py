@@ -16,10 +16,10 @@ import torch
 
 from autograder.engine import clues, combined, diagnosis, limits
 from autograder.engine.known_outputs import known
-from autograder.engine.model import Exercise, Mistake, Verdict, grader_problem
+from autograder.engine.model import Budget, Exercise, Mistake, Verdict, grader_problem
 from autograder.engine.sandbox.client import Sandbox, SandboxError, shared
 from autograder.engine.sandbox.harness import NOT_IMPLEMENTED
-from autograder.engine.sandbox.report import TOO_BIG, Error, GraderError, Malformed, Ok, Outcome, from_bytes
+from autograder.engine.sandbox.report import TOO_BIG, Error, GraderError, Malformed, Ok, Outcome, Report, from_bytes
 from autograder.engine.student_code import Cell, StudentCode, missing_definition
 from course import inplace, torch_errors
 from course.compare import SUMMARY, Mismatch, compare
@@ -66,12 +66,31 @@ class Judgement:
         self.own_stage: str | None = None  # the label of a wrong stage that runs before any broken base
 
     def run(self, cells: list[Cell], sandbox: Sandbox | None, timeout_s: float) -> Verdict:
-        """Run the student's code on the cases in the sandbox and judge what comes back."""
-        exercise = self.exercise
+        """Run the student's code on the cases in the sandbox and judge what comes back; then, when every case
+        is right, on the budget's cases (``within_budget``)."""
+        exercise, sandbox = self.exercise, sandbox or shared()
         job = {"exercise": exercise.definition, "call": exercise.call.__name__,
                "cells": [(cell.label, cell.source, cell.shown) for cell in cells], "cases": self.cases}
+        report = self.ran(sandbox, job, timeout_s)
+        if isinstance(report, Verdict):
+            return report
+        missing = missing_definition(StudentCode(cells, defined=report.defined, syntax_errors=report.syntax_errors),
+                                     exercise.definition)
+        if missing:
+            return self.fail(missing)
+        self.reached = {*report.reaches, *PULLED.get(exercise.call.__name__, ())}
+        verdict = self.on_a_broken_base(self.judge(report.outcomes))
+        if verdict.passed and exercise.budget is not None:
+            return self.within_budget(sandbox, job, timeout_s)
+        return verdict
+
+    def ran(self, sandbox: Sandbox, job: dict, timeout_s: float, budget: Budget | None = None) -> "Report | Verdict":
+        """The report of ``job`` run in the sandbox, validated; or the verdict when there is no report to judge (the
+        grader's problem, a run stopped or crashed, a forged report, an error while defining, a run that went over
+        ``budget``, whatever it reports)."""
+        exercise = self.exercise
         try:
-            answer = (sandbox or shared()).run(job, timeout_s)
+            answer = sandbox.run(job, timeout_s)
         except SandboxError as e:
             return grader_problem(exercise, str(e))
         if answer.kind == "grader":
@@ -79,22 +98,54 @@ class Judgement:
         if answer.kind == "busy":
             return grader_problem(exercise, _BUSY.format(wall=answer.detail["wall_s"],
                                                          cpu=answer.detail.get("cpu_s") or 0.0, timeout=timeout_s))
+        over = _over(budget, answer) if budget else ""
+        if over:
+            return self.over_budget(job["cases"], over)
         if answer.kind in _STOPPED:
             return self.fail(_STOPPED[answer.kind].format(timeout=timeout_s))
         if answer.kind != "report":
             return self.fail(_crash_message(answer.detail or {}))
         try:
-            report = from_bytes(answer.data, len(self.cases))
+            report = from_bytes(answer.data, len(job["cases"]))
         except Malformed:
             return self.fail(_FORGED)
         if report.error is not None:
             return self.fail(report.error.summary, report.error.details)
-        missing = missing_definition(StudentCode(cells, defined=report.defined, syntax_errors=report.syntax_errors),
-                                     exercise.definition)
-        if missing:
-            return self.fail(missing)
-        self.reached = {*report.reaches, *PULLED.get(exercise.call.__name__, ())}
-        return self.on_a_broken_base(self.judge(report.outcomes))
+        return report
+
+    def within_budget(self, sandbox: Sandbox, job: dict, timeout_s: float) -> Verdict:
+        """The verdict on the budget's cases (``model.Budget``), run alone once every other case is right: a run
+        over the budget fails however right its outputs; within it, each output must be the reference's (not
+        diagnosed: every known mistake failed an ordinary case already)."""
+        budget, cases = self.exercise.budget, self.exercise.made_budget_cases()
+        expected = References(self.exercise, cases)
+        try:
+            report = self.ran(sandbox, {**job, "cases": cases}, budget.cpu_s or timeout_s, budget)
+            if isinstance(report, Verdict):
+                return report
+            for index, (case, outcome) in enumerate(zip(cases, report.outcomes)):
+                if isinstance(outcome, GraderError):
+                    return grader_problem(self.exercise, outcome.what)
+                if isinstance(outcome, Error):
+                    return self.raised(case, outcome.info)
+                problem = check_output(self.exercise, case, outcome.output, expected[index])
+                if problem is not None:
+                    text, kind = (problem.text, problem.kind) if isinstance(problem, Mismatch) else (problem, "values")
+                    return self.fail(f"没有通过：{SUMMARY[kind]}", f"用例：{case.label}\n{text}")
+                if outcome.changed:
+                    return self.judge_mutated(case, outcome.changed)
+            if len(report.outcomes) < len(cases):
+                return self.fail("评分进程没有跑完所有用例。")
+        finally:
+            expected.finish()
+        return Verdict(self.exercise.name, self.exercise.points, self.exercise.points, "通过")
+
+    def over_budget(self, cases: tuple[Case, ...], over: str) -> Verdict:
+        """The verdict on a run of the budget's cases that went ``over`` it (what it used, against what it may)."""
+        budget = self.exercise.budget
+        return self.fail(f"没有通过：{budget.mistake.name}", "\n".join([
+            f"用例：{'；'.join(case.label for case in cases)}", f"{over}：{budget.why}",
+            f"看起来是：{budget.mistake.name}。{budget.mistake.hint}"]), budget.mistake.name)
 
     def judge(self, outcomes: tuple[Outcome, ...]) -> Verdict:
         """The verdict on the outcomes of the cases, in order: the first wrong one decides. A wrong output is not
@@ -107,13 +158,17 @@ class Judgement:
             got, changed = outcome.output, outcome.changed
             problem = check_output(self.exercise, case, got, self.expected[index])
             if problem is None and changed:
-                return self.fail(f"没有通过：{_MUTATED[0]}", f"用例：{case.label}\n{inplace.said(changed)}"
-                                                          f"\n看起来是：{_MUTATED[0]}。{_MUTATED[1]}", _MUTATED[0])
+                return self.judge_mutated(case, changed)
             if problem is not None:
                 return self.wrong(outcomes, index, problem)
         if len(outcomes) < len(self.cases):
             return self.fail("评分进程没有跑完所有用例。")
         return Verdict(self.exercise.name, self.exercise.points, self.exercise.points, "通过")
+
+    def judge_mutated(self, case: Case, changed) -> Verdict:
+        """The verdict on a right output whose call changed an input in place."""
+        return self.fail(f"没有通过：{_MUTATED[0]}", f"用例：{case.label}\n{inplace.said(changed)}"
+                                                  f"\n看起来是：{_MUTATED[0]}。{_MUTATED[1]}", _MUTATED[0])
 
     def raised(self, case: Case, info) -> Verdict:
         """The verdict when the student's code raised on ``case``: a known mistake the error shows, else what the
@@ -315,6 +370,17 @@ def _same_stage(mine: tuple, theirs: tuple, dtype: torch.dtype, tol) -> bool | N
         if compare(got.to(dtype) if got.is_floating_point() else got, want, dtype, tol) is not None:
             return False
     return True
+
+
+def _over(budget: Budget, answer) -> str:
+    """What the run of a budget's cases used beyond the budget, said for the student ("" when it fits); a run
+    stopped at its CPU limit used it all."""
+    grew, cpu = (answer.detail or {}).get("grew_bytes") or 0, (answer.detail or {}).get("cpu_s") or 0.0
+    if budget.memory_bytes is not None and grew > budget.memory_bytes:
+        return f"这次运行占用的内存比开始时多了 {grew / 2**20:.0f} MiB，这个用例最多只能多 {budget.memory_bytes / 2**20:.0f} MiB"
+    if budget.cpu_s is not None and (answer.kind == "timeout" or cpu > budget.cpu_s):
+        return f"这次运行用了 {cpu:.2g} 秒 CPU 时间，这个用例最多只能用 {budget.cpu_s:.2g} 秒"
+    return ""
 
 
 def _crash_message(detail: dict) -> str:

@@ -38,6 +38,24 @@ class Mistake:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """A rule about *how* the code runs (hold one block of scores at a time; decode through the caches), enforced
+    by what the run cannot do rather than by what the student's process says. ``cases()`` are sized so that the
+    intended algorithm gets through them with room to spare and the way around it cannot, and they run alone, in
+    a child of their own, whose resident memory may rise at most ``memory_bytes`` above what it held before the
+    student's code ran, and which may use at most ``cpu_s`` seconds of CPU time. The fork server measures both
+    (the kernel's accounts of the child, ``zygote``), so a forged report, or code that slips past the in-process
+    watches, gains nothing. Tried once every other case is right; when the run does not fit, the verdict names
+    ``mistake`` and says ``why`` with the case's figures."""
+
+    cases: Callable[[], list[Case]]
+    mistake: Mistake
+    why: str
+    memory_bytes: int | None = None
+    cpu_s: float | None = None
+
+
+@dataclass(frozen=True)
 class Exercise:
     """What a grader needs to know about one exercise of the contract (the names and shapes each notebook states)."""
 
@@ -74,6 +92,7 @@ class Exercise:
     # The contract computes in float32 (low-precision inputs converted first) and casts the result back, so a
     # mix of dtypes is explained with that rule rather than "make new tensors in the input's dtype".
     works_in_float32: bool = False
+    budget: Budget | None = None
 
     def __post_init__(self):
         if PROTOCOLS.get(self.call.__name__) is not self.call:
@@ -86,12 +105,11 @@ class Exercise:
         each once). Shared by every grading, so never changed: what runs on a case in the grader gets copies
         (``Case.in_float64``, ``Case.cloned``), the sandbox its own unpickled ones. Made anew for another ``cases``
         function (a test's ``dataclasses.replace(exercise, cases=...)``), or once the weights are found elsewhere."""
-        where = _weights_found()
-        with _making:
-            made = _made.get(self.cases)
-            if made is None or made[0] != where:
-                made = _made[self.cases] = (where, tuple(self.cases()))
-        return made[1]
+        return _made_once(self.cases)
+
+    def made_budget_cases(self) -> tuple[Case, ...]:
+        """``budget.cases()``, made once per process as ``made_cases`` are (none without a budget)."""
+        return _made_once(self.budget.cases) if self.budget else ()
 
     def graded(self, value):
         """The part of a call's result that is graded (the output, without the stages)."""
@@ -113,6 +131,15 @@ class Exercise:
 # made under the lock, so that threads grading at once share one set (and each case's digest).
 _made: "weakref.WeakKeyDictionary[Callable, tuple[tuple, tuple[Case, ...]]]" = weakref.WeakKeyDictionary()
 _making = threading.Lock()
+
+
+def _made_once(cases: Callable[[], list[Case]]) -> tuple[Case, ...]:
+    where = _weights_found()
+    with _making:
+        made = _made.get(cases)
+        if made is None or made[0] != where:
+            made = _made[cases] = (where, tuple(cases()))
+    return made[1]
 
 
 def _weights_found() -> tuple:

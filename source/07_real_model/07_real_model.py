@@ -348,6 +348,9 @@ for dtype in (torch.float32, torch.bfloat16):
 #    让它始终覆盖缓存里的和新来的全部位置。
 #
 # 返回新生成的 `max_new_tokens` 个 token：`[B, max_new_tokens]`（不含提示词）。不用管结束符，生成够数就停。
+#
+# 评分时还有一个 notebook 里看不到的用例：一个一层的小模型，提示词两千多个 token，生成近百个 token，CPU 时间有上限，
+# 而且是在你的进程之外量的。带着缓存解码，提示词只读一遍，远在上限之内；每一步都把整个序列重新送一遍，要多花几十倍，就会超时。
 
 # %% tags=["solution:greedy_generate"]
 def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int,

@@ -5,8 +5,10 @@
 import torch
 
 from autograder.engine.inputs import smollm2
+from autograder.engine.inputs.seeded import generator
 from autograder.engine.judging import reference_result
-from autograder.engine.model import Exercise, Mistake, public
+from autograder.engine.model import Budget, Exercise, Mistake, public
+from course import toy_llama
 from course.protocols import Case, call_generate
 from course.smollm2 import ModelFolder, chat_prompt
 
@@ -99,6 +101,20 @@ MISTAKES = (
 
 OUTPUT_NAMES = ("生成的 token id [B, max_new_tokens]", "模型是否只读了一遍提示词、每个新 token 各一次（带缓存解码）")
 
+# The long-prompt case: a one-layer Llama of random weights (course.toy_llama) with a long prompt. Decoding
+# through the caches reads the prompt once, then one position a step; reading the whole sequence again for each
+# new token costs a prompt's worth of attention every step, tens of times more CPU time than the budget.
+_PROMPT, _NEW, _CPU_S = 2048, 96, 4.0
+
+
+def _long_prompt() -> list[Case]:
+    ids = torch.randint(2, toy_llama.CONFIG["vocab_size"], (1, _PROMPT), generator=generator(72))
+    return [Case(f"一层的小 Llama（随机权重），提示词 {_PROMPT} 个随机 token，生成 {_NEW} 个 token。{_OWN_ATTENTION}",
+                 (str(toy_llama.folder()), ids, _NEW, None))]
+
+
+BUDGET = Budget(_long_prompt, MISTAKES[0], f"带着缓存解码，提示词只读一遍，之后每一步只算一个新位置，用不了 {_CPU_S:.0f} 秒的零头；"
+                f"每一步都把 {_PROMPT} 多个位置重算一遍，要多花几十倍。这个上限是评分的沙盒在你的进程之外量的。", cpu_s=_CPU_S)
+
 EXERCISE = Exercise("greedy_generate", 4, greedy_generate, cases, MISTAKES, output_names=OUTPUT_NAMES,
-                    call=call_generate,
-                    uses=("LlamaAttention", "KVCache"))
+                    call=call_generate, uses=("LlamaAttention", "KVCache"), budget=BUDGET)

@@ -7,7 +7,7 @@ import math
 import torch
 
 from autograder.engine.inputs.seeded import dtype_name, generator, randn, three_tokens
-from autograder.engine.model import Exercise, Mistake, public
+from autograder.engine.model import Budget, Exercise, Mistake, public
 from course.protocols import Case, call_blockwise
 from solutions.attention_basics import attention_scores, causal_mask, online_softmax_attention, padding_mask
 
@@ -170,6 +170,10 @@ _FROM_ZERO = "running max 从 0 开始，而不是 −inf"
 _FROM_ZERO_HINT = ("running max 要从 −inf 开始：从 0 开始时，分数全都远小于 0 的行 exp 全部下溢成 0，z = 0，这一行就什么也没取到。"
                    "整行被遮住的 NaN 要在平移时处理：max 还是 −inf 时按 0 来平移。")
 
+WHOLE_SCORES = Mistake("一次算出了多于 block_size 个 key 的分数", "online softmax 的意义就在于每次只持有一块分数 "
+                       "[..., Tq, block_size]：按 block_size 切开 k、v（和 mask 的最后一维），一块一块地更新。",
+                       error="WholeScores")
+
 MISTAKES = (
     Mistake("最大值变大时，累加的输出没有跟着缩放", "新的块把 running max 从 m 抬到 m′ 时，之前累加的 Σ exp(s − m)·v 都要乘 exp(m − m′)，"
             "和 running sum 一样。", _wrong(rescale_out=False)),
@@ -227,9 +231,27 @@ MISTAKES = (
             # Every score below −745: exp underflows even in float64, so such code cannot come out right there.
             tried_on=lambda case: _scores_below(case, UNDERFLOW)),
     Mistake("忘了除以 √D", "每一块的分数也是 q·k/√D：用 attention_scores 算每一块的分数。", _unscaled),
-    Mistake("一次算出了多于 block_size 个 key 的分数", "online softmax 的意义就在于每次只持有一块分数 [..., Tq, block_size]："
-            "按 block_size 切开 k、v（和 mask 的最后一维），一块一块地更新。", error="WholeScores"),
+    WHOLE_SCORES,
 )
 
+# The long-keys case: the whole table of scores is 256 MiB in float32 (its softmax as much again), one block of
+# them 2 MiB. Code held to one block at a time rises by about 20-40 MiB (its imports included).
+_LONG = {"q_len": 1024, "k_len": 65536, "dim": 8, "block_size": 512}
+_TABLE_MIB = _LONG["q_len"] * _LONG["k_len"] * 4 // 2**20
+
+
+def _long_keys() -> list[Case]:
+    gen = generator(7)
+    q_len, k_len, dim, block_size = _LONG.values()
+    return [Case(f"很长的 k/v：q [1, 1, {q_len}, {dim}]，k/v [1, 1, {k_len}, {dim}]，mask=None，block_size={block_size}",
+                 (randn(gen, 1, 1, q_len, dim), randn(gen, 1, 1, k_len, dim), randn(gen, 1, 1, k_len, dim)),
+                 {"block_size": block_size})]
+
+
+BUDGET = Budget(_long_keys, WHOLE_SCORES,
+                f"整张分数表 [{_LONG['q_len']}, {_LONG['k_len']}] 在 float32 下就有 {_TABLE_MIB} MiB，一块 "
+                f"[{_LONG['q_len']}, {_LONG['block_size']}] 只有 {_TABLE_MIB * _LONG['block_size'] // _LONG['k_len']} MiB。"
+                "这个上限是评分的沙盒在你的进程之外量的：一块一块地算才放得下。", memory_bytes=160 * 2**20)
+
 EXERCISE = Exercise("online_softmax_attention", 3, online_softmax_attention, cases, MISTAKES,
-                    call=call_blockwise, uses=("attention_scores",))
+                    call=call_blockwise, uses=("attention_scores",), budget=BUDGET)

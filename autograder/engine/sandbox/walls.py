@@ -464,11 +464,11 @@ def _covers(paths: list[Path], user: tuple[int, int]) -> dict[str, list[str]]:
 
 
 def _weights_folders() -> list[Path]:
-    """Where runs read real weights: assignment 07's model (`course-weights smollm2`) and the cache's Qwen3.5
-    layers (course/stored_tensors.py), resolved."""
-    from course import qwen35_weights, smollm2
+    """Where runs read weights: assignment 07's model (`course-weights smollm2`), the cache's Qwen3.5 layers
+    (course/stored_tensors.py) and the toy Llama of 07's long-prompt case (course/toy_llama.py), resolved."""
+    from course import qwen35_weights, smollm2, toy_llama
 
-    return [smollm2.model_folder().resolve(), qwen35_weights.cache_folder().resolve()]
+    return [smollm2.model_folder().resolve(), qwen35_weights.cache_folder().resolve(), toy_llama.home().resolve()]
 
 
 def _in_view(folder: Path, covers: dict[str, list[str]]) -> bool:
@@ -718,16 +718,17 @@ class Tree:
 
     @classmethod
     def here(cls) -> "Tree":
-        """This process's tree. The output store's folder is made if need be, and so is the cache's folder of
-        Qwen3.5 weights, which jobs name by file (course/stored_tensors.py): a rule needs the folder, and the
-        stand-in's layers are written there on first use."""
+        """This process's tree. The output store's folder is made if need be, and so are the cache's folders of
+        weights the grader writes on first use (the stand-in's Qwen3.5 layers, which jobs name by file, see
+        course/stored_tensors.py; the toy Llama): a rule needs the folder."""
         import course
-        from course import qwen35_weights
+        from course import qwen35_weights, toy_llama
 
         packages = _grading_packages()
         output_store = _output_store()
-        with contextlib.suppress(OSError):
-            qwen35_weights.cache_folder().mkdir(parents=True, exist_ok=True)
+        for written in (qwen35_weights.cache_folder(), toy_llama.home()):
+            with contextlib.suppress(OSError):
+                written.mkdir(parents=True, exist_ok=True)
         paths = sysconfig.get_paths()
         library = tuple(p for key in ("stdlib", "platstdlib", "purelib", "platlib") if (p := paths.get(key)))
         checkout = _checkout()

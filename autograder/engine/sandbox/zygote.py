@@ -13,7 +13,10 @@ the grader started only waits for it, and both die with the grader.
 Messages on stdout (see ``wire.py``): ``{"hello": ..., "up": [...], "missing": {...}}`` once, its payload the
 policy the walls were put up with (``policy.Policy.to_wire``, as JSON: it can name a thousand paths), then one
 answer per job: ``{"kind": "report"}`` with the child's bytes, or ``{"kind": "timeout" | "wall" | "crashed" |
-"too_big" | "grader", ...}``, each with the CPU seconds the child used (``cpu_s``).
+"too_big" | "grader", ...}``, each with the CPU seconds the child used (``cpu_s``) and how far its resident memory
+rose above what it held once its walls were up (``grew_bytes``): the peak and the CPU time are the kernel's
+accounts of the child (``wait4``), and the starting point is written before any student code runs, so nothing
+the student's code does can lower them.
 """
 import gc
 import json
@@ -32,16 +35,18 @@ from course.errors import GraderProblem
 
 _READY = b"W"  # written by the child once its walls are up: anything that fails before it is the grader's
 _SETUP_FAILED = b"S"
+_HEAD = 9  # the marker and, after _READY, the child's resident bytes then (8 bytes); the sized report follows
 
 
 def _child(walls: Walls, harness, job: dict, held: Held, write_fd: int) -> None:
     try:
         job = {**job, "cases": held.cases(job["cases"])}  # and no other exercise's, before the walls
+        resident = _resident_bytes()  # read here: the walls may hide /proc
         walls.enter_child(write_fd, job["cpu"])
     except BaseException as e:  # noqa: BLE001 - any failure here is the grader's, reported as such
         os.write(write_fd, _SETUP_FAILED + f"{type(e).__name__}: {e}".encode()[:4000])
         return
-    os.write(write_fd, _READY)
+    os.write(write_fd, _READY + resident.to_bytes(8, "big"))
     harness.block_grading_imports()
     try:
         data = harness.serialise(harness.run(job))
@@ -67,14 +72,21 @@ def _collect(read_fd: int, timeout_s: float) -> tuple[bytes, str | None]:
         if not chunk:
             break
         data += chunk
-        if len(data) > limits.OUTPUT_BYTES + 9:
+        if len(data) > limits.OUTPUT_BYTES + _HEAD + 8:
             return b"", "too_big"
     return bytes(data), None
 
 
 def _complete(data: bytes) -> bool:
     """Whether ``data`` holds the marker and a whole sized report."""
-    return len(data) >= 9 and len(data) >= 9 + int.from_bytes(data[1:9], "big")
+    return len(data) >= _HEAD + 8 and len(data) >= _HEAD + 8 + int.from_bytes(data[_HEAD:_HEAD + 8], "big")
+
+
+def _grew(data: bytes, peak: int) -> int:
+    """How far the child's resident memory rose above what it held when its walls were up (0 before that)."""
+    if data[:1] != _READY or len(data) < _HEAD:
+        return 0
+    return max(0, peak - int.from_bytes(data[1:_HEAD], "big"))
 
 
 def _status(status: int) -> dict:
@@ -83,19 +95,34 @@ def _status(status: int) -> dict:
     return {"exit": os.WEXITSTATUS(status)}
 
 
-def _wait(pid: int, options: int = 0) -> tuple[int, int, float]:
-    """``wait4``: (pid, or 0 while it runs with WNOHANG; status; the CPU seconds it used)."""
+def _wait(pid: int, options: int = 0) -> tuple[int, int, float, int]:
+    """``wait4``: (pid, or 0 while it runs with WNOHANG; status; the CPU seconds it used; its peak resident bytes)."""
     finished, status, usage = os.wait4(pid, options)
-    return finished, status, usage.ru_utime + usage.ru_stime
+    return finished, status, usage.ru_utime + usage.ru_stime, _peak_bytes(usage.ru_maxrss)
 
 
-def _wait_briefly(pid: int, seconds: float) -> tuple[int, int, float]:
+def _peak_bytes(maxrss: int) -> int:
+    """``ru_maxrss`` in bytes: the kernel gives kilobytes on Linux, bytes on macOS."""
+    return maxrss if sys.platform == "darwin" else maxrss * 1024
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory now (where /proc cannot tell, its peak so far)."""
+    try:
+        return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return _peak_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def _wait_briefly(pid: int, seconds: float) -> tuple[int, int, float, int]:
     """``_wait`` that gives a process which closed its output a moment to finish exiting."""
     deadline = time.monotonic() + seconds
     while True:
-        finished, status, cpu = _wait(pid, os.WNOHANG)
+        finished, status, cpu, peak = _wait(pid, os.WNOHANG)
         if finished or time.monotonic() >= deadline:
-            return finished, status, cpu
+            return finished, status, cpu, peak
         time.sleep(0.002)
 
 
@@ -106,7 +133,8 @@ def run_job(walls: Walls, harness, job: dict, held: Held) -> tuple[dict, bytes]:
 
     The child may use ``job["cpu"]`` seconds of CPU time (``RLIMIT_CPU``) within ``job["timeout"]`` seconds of
     wall time. Every answer says how much CPU it used (``cpu_s``); one that used up its CPU time is a
-    ``timeout``, one stopped by the wall clock before that is ``wall`` (the grader decides what that means)."""
+    ``timeout``, one stopped by the wall clock before that is ``wall`` (the grader decides what that means); and how
+    much its resident memory rose once its walls were up (``grew_bytes``)."""
     if walls.refusal:
         return {"kind": "grader", "message": walls.refusal}, b""
     read_fd, write_fd = os.pipe()
@@ -122,13 +150,13 @@ def run_job(walls: Walls, harness, job: dict, held: Held) -> tuple[dict, bytes]:
         data, stopped = _collect(read_fd, job["timeout"])
     finally:
         os.close(read_fd)
-    finished, status, cpu = _wait_briefly(pid, 0.0 if stopped else 0.5)
+    finished, status, cpu, peak = _wait_briefly(pid, 0.0 if stopped else 0.5)
     if not finished:  # out of time, or still running after closing its output
         os.kill(pid, signal.SIGKILL)
-        _, status, cpu = _wait(pid)
+        _, status, cpu, peak = _wait(pid)
     walls.clean_up_after_run(pid)
-    answer, data = _answer(data, stopped, finished, status, cpu >= job["cpu"])
-    return {**answer, "cpu_s": round(cpu, 3)}, data
+    answer, report = _answer(data, stopped, finished, status, cpu >= job["cpu"])
+    return {**answer, "cpu_s": round(cpu, 3), "grew_bytes": _grew(data, peak)}, report
 
 
 def _answer(data: bytes, stopped: str | None, finished: int, status: int, used_up: bool) -> tuple[dict, bytes]:
@@ -147,7 +175,7 @@ def _answer(data: bytes, stopped: str | None, finished: int, status: int, used_u
         return {"kind": "wall"}, b""
     if not _complete(data):
         return {"kind": "crashed", "left_running": not finished, **_status(status)}, b""
-    return {"kind": "report"}, data[9:9 + int.from_bytes(data[1:9], "big")]
+    return {"kind": "report"}, data[_HEAD + 8:_HEAD + 8 + int.from_bytes(data[_HEAD:_HEAD + 8], "big")]
 
 
 def _hello(walls: Walls, answers: int) -> None:
