@@ -15,22 +15,22 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from autograder.engine.assignments import EXERCISES  # noqa: E402
+from autograder.engine.judging import budget_job  # noqa: E402
 from autograder.engine.sandbox.client import shared  # noqa: E402
 from tests.sandbox.test_budgets import HOLDING, UNCOUNTED  # noqa: E402
 from tests.students import a01, a07  # noqa: E402
 
 LIFTED_CPU_S = 120.0
 RUNS = {
-    "online_softmax_attention": (a01, {"solved": None, **HOLDING}),
+    "online_softmax_attention": (a01, {"solved": None, "solved, split-K (each block's partials kept)": a01.OTHER_CORRECT[0][2],
+                                       **HOLDING}),
     "greedy_generate": (a07, {"solved": None, "no cache, through the model itself": UNCOUNTED}),
 }
 
 
 def usage(exercise, student, answer: str | None, repeats: int) -> tuple[float, float]:
     """Median (MiB the run's resident memory rose, CPU seconds) of the budget's cases run for ``answer``."""
-    cells = student.cells(None if answer is None else {exercise.name: answer})
-    job = {"exercise": exercise.definition, "call": exercise.call.__name__,
-           "cells": [(c.label, c.source, c.shown) for c in cells], "cases": exercise.made_budget_cases()}
+    job = budget_job(exercise, student.cells(None if answer is None else {exercise.name: answer}))
     found = []
     for _ in range(repeats):
         result = shared().run(job, LIFTED_CPU_S)

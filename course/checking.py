@@ -9,6 +9,7 @@ watches), its rule against changing inputs in place, its comparison and toleranc
 mistake is named when its stored outputs match the student's on every public case, as the grader names one when
 it matches on every case. A ✓ is printed, or ``CheckFailed`` raised with the grader's message.
 """
+import contextlib
 import functools
 import io
 import lzma
@@ -179,8 +180,15 @@ def judge(data: dict, code, notebook: types.ModuleType) -> Failure | None:
 
 
 def _run(data: dict, code) -> list:
-    """Per public case, in order, ``(output, changed inputs)``, or the error that stopped the run."""
+    """Per public case, in order, ``(output, changed inputs)``, or the error that stopped the run; torch's flash
+    kernels refused as the grader refuses them (``protocols.REFUSING_FLASH``)."""
     call = protocols.PROTOCOLS[data["call"]]
+    refused = protocols.watches.flash_kernels_refused if data["call"] in protocols.REFUSING_FLASH else contextlib.nullcontext
+    with refused():
+        return _outcomes(data, code, call)
+
+
+def _outcomes(data: dict, code, call) -> list:
     outcomes = []
     for stored in data["cases"]:
         case = Case(stored["label"], decoded(inplace.copies(stored["args"])), decoded(inplace.copies(stored["kwargs"])),

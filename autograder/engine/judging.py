@@ -69,9 +69,7 @@ class Judgement:
         """Run the student's code on the cases in the sandbox and judge what comes back; then, when every case
         is right, on the budget's cases (``within_budget``)."""
         exercise, sandbox = self.exercise, sandbox or shared()
-        job = {"exercise": exercise.definition, "call": exercise.call.__name__,
-               "cells": [(cell.label, cell.source, cell.shown) for cell in cells], "cases": self.cases}
-        report = self.ran(sandbox, job, timeout_s)
+        report = self.ran(sandbox, job_for(exercise, cells, self.cases), timeout_s)
         if isinstance(report, Verdict):
             return report
         missing = missing_definition(StudentCode(cells, defined=report.defined, syntax_errors=report.syntax_errors),
@@ -81,7 +79,7 @@ class Judgement:
         self.reached = {*report.reaches, *PULLED.get(exercise.call.__name__, ())}
         verdict = self.on_a_broken_base(self.judge(report.outcomes))
         if verdict.passed and exercise.budget is not None:
-            return self.within_budget(sandbox, job, timeout_s)
+            return self.within_budget(sandbox, cells, timeout_s)
         return verdict
 
     def ran(self, sandbox: Sandbox, job: dict, timeout_s: float, budget: Budget | None = None) -> "Report | Verdict":
@@ -113,14 +111,14 @@ class Judgement:
             return self.fail(report.error.summary, report.error.details)
         return report
 
-    def within_budget(self, sandbox: Sandbox, job: dict, timeout_s: float) -> Verdict:
+    def within_budget(self, sandbox: Sandbox, cells: list[Cell], timeout_s: float) -> Verdict:
         """The verdict on the budget's cases (``model.Budget``), run alone once every other case is right: a run
         over the budget fails however right its outputs; within it, each output must be the reference's (not
         diagnosed: every known mistake failed an ordinary case already)."""
         budget, cases = self.exercise.budget, self.exercise.made_budget_cases()
         expected = References(self.exercise, cases)
         try:
-            report = self.ran(sandbox, {**job, "cases": cases}, budget.cpu_s or timeout_s, budget)
+            report = self.ran(sandbox, budget_job(self.exercise, cells), budget.cpu_s or timeout_s, budget)
             if isinstance(report, Verdict):
                 return report
             for index, (case, outcome) in enumerate(zip(cases, report.outcomes)):
@@ -297,6 +295,18 @@ class Judgement:
 
     def fail(self, summary: str, details: str = "", mistake: str = "") -> Verdict:
         return Verdict(self.exercise.name, 0, self.exercise.points, summary, details, mistake=mistake)
+
+
+def job_for(exercise: Exercise, cells: list[Cell], cases: tuple[Case, ...]) -> dict:
+    """What the sandbox runs (``harness.run``): ``exercise``'s code in the student's ``cells`` on ``cases``."""
+    return {"exercise": exercise.definition, "call": exercise.call.__name__,
+            "cells": [(cell.label, cell.source, cell.shown) for cell in cells], "cases": cases}
+
+
+def budget_job(exercise: Exercise, cells: list[Cell]) -> dict:
+    """The job of ``exercise``'s budget cases; for a memory budget it asks the fork server for a true peak (``peak``:
+    freed blocks go back to the system, ``zygote._give_freed_blocks_back``)."""
+    return {**job_for(exercise, cells, exercise.made_budget_cases()), "peak": exercise.budget.memory_bytes is not None}
 
 
 def check_output(exercise: Exercise, case: Case, got, expected=None) -> Mismatch | str | None:

@@ -44,6 +44,8 @@ from course.protocols.recurrent import (
     kept_state,
 )
 from course.protocols.watches import (
+    REFUSING_FLASH,
+    FlashKernelRefused,
     PerPosition,
     TilesNotSkipped,
     TileTooLarge,
@@ -53,7 +55,8 @@ from course.protocols.watches import (
     call_tiled,
 )
 
-__all__ = ["DELTANET_STAGES", "FILES", "GLOBAL_SEED_OFFSET", "HANDED", "LAYER_STAGES", "PROTOCOLS", "PULLED", "STUDENT_MODULE", "Case", "PerPosition",
+__all__ = ["DELTANET_STAGES", "FILES", "GLOBAL_SEED_OFFSET", "HANDED", "LAYER_STAGES", "PROTOCOLS", "PULLED",
+           "REFUSING_FLASH", "STUDENT_MODULE", "Case", "FlashKernelRefused", "PerPosition",
            "TileTooLarge", "TilesNotSkipped", "WholeScores", "build", "call_absorbed_decoder", "call_autograd", "call_beam", "call_blockwise", "call_cache", "call_chunkwise", "call_conv",
            "call_decoder", "call_function", "call_generate", "call_latent_decoder", "call_layer", "call_module",
            "call_norm", "call_recurrent_decoder", "call_rule", "call_sample_generate", "call_tiled", "handed_inputs", "kept_state", "map_tensors",

@@ -1,9 +1,15 @@
 """The protocols that watch how the code computes, not only what it returns: online softmax takes the keys
 a block at a time (``call_blockwise``), a chunked rule updates its state once a chunk (``call_chunkwise``),
 FlashAttention's passes hold one tile of scores at a time and skip the causal tiles (``call_tiled``).
-Each stops the student's code, with an error saying why, at the first step the rule forbids."""
+Each stops the student's code, with an error saying why, at the first step the rule forbids.
+
+The exercises of ``call_blockwise`` and ``call_tiled`` are what torch's own CPU flash attention does in C++
+(``scaled_dot_product_attention``'s fused kernel, which returns the log-sum-exp too): while they are graded, that
+kernel raises ``FlashKernelRefused`` (``refuse_flash_kernels``, ``flash_kernels_refused``)."""
 import contextlib
+import ctypes
 import functools
+import warnings
 
 import torch
 
@@ -181,3 +187,45 @@ class TileWatch(_ProductWatch):
 def _tile_lengths(length: int, block: int) -> set[int]:
     """The whole ``length`` and the lengths of its tiles of ``block``."""
     return {length, min(block, length), length % block or min(block, length)}
+
+
+# torch's CPU flash attention, forward and backward, as the dispatcher names them.
+FLASH_KERNELS = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward")
+# The protocols whose exercises may not call them.
+REFUSING_FLASH = ("call_blockwise", "call_tiled")
+
+
+class FlashKernelRefused(RuntimeError):
+    """Raised by torch's CPU flash-attention kernels while an exercise of ``REFUSING_FLASH`` is graded."""
+
+
+def _refuse(*args, **kwargs):
+    raise FlashKernelRefused("这一题不能用 torch 自带的 flash attention（scaled_dot_product_attention 在 CPU 上调用的融合内核）："
+                             "它在 C++ 里替你做了这一题要写的按块计算。请自己写出分数、running max 和 running sum 的循环。")
+
+
+def _refusing():
+    """A registration (torch's ``_DispatchModule``) that makes ``FLASH_KERNELS`` raise, until it is reset."""
+    module = torch._C._dispatch_library("IMPL", "aten", "CPU", __file__, 0)
+    with warnings.catch_warnings():  # torch warns that a kernel is overridden
+        warnings.simplefilter("ignore")
+        for name in FLASH_KERNELS:
+            module.impl(name, "CPU", _refuse, False)
+    return module
+
+
+def refuse_flash_kernels() -> None:
+    """Make ``FLASH_KERNELS`` raise for the rest of this process: the sandbox's child calls this before the
+    student's code runs. The registration is held by a reference no Python object holds (a ``_DispatchModule`` is
+    no object the garbage collector tracks), so the code under test can neither find it nor undo it."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(_refusing()))
+
+
+@contextlib.contextmanager
+def flash_kernels_refused():
+    """``FLASH_KERNELS`` raise inside (the notebook's check, in the student's kernel), and work again after."""
+    module = _refusing()
+    try:
+        yield
+    finally:
+        module.reset()

@@ -81,6 +81,9 @@ RAISES = {
     ("flash_attention_forward", "没有跳过"),  # stopped at the first tile more than the causal rule leaves
     ("flash_attention_forward", "比一块 [block_q, block_k] 更大"),  # a table of every key at once
     ("flash_attention_backward", "没有跳过"),
+    # torch's CPU flash kernel, refused while these exercises are graded (protocols.REFUSING_FLASH)
+    ("online_softmax_attention", "用了 torch 自带的 flash attention"),
+    ("flash_attention_forward", "用了 torch 自带的 flash attention"),
     ("FlashAttention", "梯度个数"),  # autograd refuses the backward's answer
     ("FlashAttention", "更大的表"),  # its backward stopped at the whole table
 }

@@ -82,6 +82,30 @@ def greedy_generate(model, input_ids, max_new_tokens, attention_mask=None):
     return torch.cat(chosen, dim=1)
 '''
 
+# torch's own CPU flash attention in place of the loop, the watch switched off; and the same after looking for the
+# registration that refuses the kernel, to undo it (protocols.watches.refuse_flash_kernels).
+FLASH = {
+    "scaled_dot_product_attention, watch switched off": '''
+import torch
+import torch.nn.functional as F
+def online_softmax_attention(q, k, v, mask=None, block_size=16):
+    with torch._C.DisableTorchFunction():
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask).nan_to_num(0.0)
+''',
+    "the kernel's refusal undone first": '''
+import gc
+import torch
+import torch.nn.functional as F
+def online_softmax_attention(q, k, v, mask=None, block_size=16):
+    for found in gc.get_objects():
+        if isinstance(found, torch.library.Library):
+            found._destroy()
+        elif type(found).__name__ == "_DispatchModule":
+            found.reset()
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask).nan_to_num(0.0)
+''',
+}
+
 WALLS = [pytest.param((), id="all walls"), pytest.param(("landlock",), id="no landlock"),
          pytest.param(("namespaces",), id="no namespaces"), pytest.param(("seccomp",), id="no seccomp")]
 
@@ -114,6 +138,12 @@ def test_online_softmax_that_holds_more_than_a_block_fails_however_it_hides(atta
     cases, answer = keeping.answers[-1]
     report = from_bytes(answer.data, len(cases))
     assert all(isinstance(o, Ok) and check_output(ONLINE, c, o.output) is None for c, o in zip(cases, report.outcomes))
+
+
+@pytest.mark.parametrize("attack", FLASH)
+def test_torchs_own_flash_attention_is_refused_in_online_softmax(attack):
+    verdict = grade(ONLINE, a01.cells({"online_softmax_attention": FLASH[attack]}))
+    assert not verdict.passed and verdict.mistake == online_softmax_attention.FLASH_KERNEL_USED.name, verdict.message
 
 
 @pytest.mark.slow

@@ -118,6 +118,11 @@ MISTAKES = [
     ("flash_attention_forward", "lse 是 0", swapped(FORWARD, "torch.where(empty, -math.inf, m + l.log())",
                                                     "torch.where(empty, 0.0, m + l.log())")),
     ("flash_attention_forward", "忘了除以 √D", swapped(FORWARD, "qi = q[..., i0:i1, :] / math.sqrt(d)", "qi = q[..., i0:i1, :]")),
+    ("flash_attention_forward", "用了 torch 自带的 flash attention", '''
+def flash_attention_forward(q, k, v, causal=False, block_q=16, block_k=16):
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, is_causal=causal)[:2]
+    return out, lse
+'''),
     ("flash_attention_backward", "少了 D 这一项", swapped(BACKWARD, "ds = p * (dp - D[..., i0:i1, :])", "ds = p * dp")),
     ("flash_attention_backward", "没有乘 softmax 的雅可比", swapped(BACKWARD, "ds = p * (dp - D[..., i0:i1, :])", "ds = dp")),
     ("flash_attention_backward", "dk 没有乘 1/√D", swapped(BACKWARD, "dkj = dkj + sm * (ds", "dkj = dkj + (ds")),

@@ -15,6 +15,7 @@ from autograder.engine.checks.flash_attention_forward import (
     TOO_LARGE,
     hidden,
 )
+from autograder.engine.checks.online_softmax_attention import FLASH_KERNEL_USED
 from autograder.engine.combined import variants
 from autograder.engine.inputs import flash
 from autograder.engine.inputs.seeded import generator, randn
@@ -149,6 +150,7 @@ MISTAKES = (
     Mistake(TOO_LARGE, "反向传播也不存 [Tq, Tk] 的 P：对每一块 (key 块, query 块) "
             "用 q、k 和 lse 重算这一块的 P，算出 dP、dS，把贡献加进 dq、dk、dv。", error="TileTooLarge"),
     Mistake(NOT_SKIPPED_NAME, NOT_SKIPPED, error="TilesNotSkipped"),
+    FLASH_KERNEL_USED,
 )
 
 EXERCISE = Exercise("flash_attention_backward", 4, flash_attention_backward, cases, MISTAKES, output_names=OUTPUT_NAMES,

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from autograder.engine.checks.online_softmax_attention import FLASH_KERNEL_USED
 from autograder.engine.combined import variants
 from autograder.engine.inputs import flash
 from autograder.engine.inputs.seeded import generator
@@ -155,6 +156,7 @@ MISTAKES = (
     Mistake(TOO_LARGE, "FlashAttention 的意义在于每次只持有一块分数：query 按 "
             "block_q 切、key 按 block_k 切，两层循环，一块一块地更新 running max、ℓ 和输出。", error="TileTooLarge"),
     Mistake(NOT_SKIPPED_NAME, NOT_SKIPPED, error="TilesNotSkipped"),
+    FLASH_KERNEL_USED,
 )
 
 EXERCISE = Exercise("flash_attention_forward", 3, flash_attention_forward, cases, MISTAKES, output_names=OUTPUT_NAMES,

@@ -174,6 +174,11 @@ WHOLE_SCORES = Mistake("一次算出了多于 block_size 个 key 的分数", "on
                        "[..., Tq, block_size]：按 block_size 切开 k、v（和 mask 的最后一维），一块一块地更新。",
                        error="WholeScores")
 
+# Also FlashAttention's (09): the same loop, done for the student by torch's own kernel (protocols.REFUSING_FLASH).
+FLASH_KERNEL_USED = Mistake("用了 torch 自带的 flash attention（scaled_dot_product_attention），没有自己按块算",
+                            "F.scaled_dot_product_attention 在 CPU 上调用的融合内核，正是这一题要你自己写的按块计算：评分时它会报错。"
+                            "用 for 循环按块切开 k、v，自己维护 running max、running sum 和加权的 v。", error="FlashKernelRefused")
+
 MISTAKES = (
     Mistake("最大值变大时，累加的输出没有跟着缩放", "新的块把 running max 从 m 抬到 m′ 时，之前累加的 Σ exp(s − m)·v 都要乘 exp(m − m′)，"
             "和 running sum 一样。", _wrong(rescale_out=False)),
@@ -232,6 +237,7 @@ MISTAKES = (
             tried_on=lambda case: _scores_below(case, UNDERFLOW)),
     Mistake("忘了除以 √D", "每一块的分数也是 q·k/√D：用 attention_scores 算每一块的分数。", _unscaled),
     WHOLE_SCORES,
+    FLASH_KERNEL_USED,
 )
 
 # The long-keys case: the whole table of scores is 256 MiB in float32 (its softmax as much again), one block of

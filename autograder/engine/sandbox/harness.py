@@ -267,6 +267,8 @@ def run(request: dict) -> Report:
         return Report(defined, syntax_errors)
     # A module of its own, as Jupyter's ``__main__``: dataclasses and typing find it, and the protocols find the
     # notebook's classes in it (``protocols.neighbour``) however the code under test is decorated.
+    if request["call"] in protocols.REFUSING_FLASH:  # before any of the student's code, for good
+        protocols.watches.refuse_flash_kernels()
     module = types.ModuleType(protocols.STUDENT_MODULE)
     module.__builtins__ = builtins
     sys.modules[protocols.STUDENT_MODULE] = module
