@@ -265,10 +265,10 @@ def run(request: dict) -> Report:
     name = request["exercise"]
     if name not in code.defined:
         return Report(defined, syntax_errors)
-    # A module of its own, as Jupyter's ``__main__``: dataclasses and typing find it, and the protocols find the
-    # notebook's classes in it (``protocols.neighbour``) however the code under test is decorated.
     if request["call"] in protocols.REFUSING_FLASH:  # before any of the student's code, for good
         protocols.watches.refuse_flash_kernels()
+    # A module of its own, as Jupyter's ``__main__``: dataclasses and typing find it, and the protocols find the
+    # notebook's classes in it (``protocols.neighbour``) however the code under test is decorated.
     module = types.ModuleType(protocols.STUDENT_MODULE)
     module.__builtins__ = builtins
     sys.modules[protocols.STUDENT_MODULE] = module
