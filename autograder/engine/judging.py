@@ -121,22 +121,10 @@ class Judgement:
             report = self.ran(sandbox, budget_job(self.exercise, cells), budget.cpu_s or timeout_s, budget)
             if isinstance(report, Verdict):
                 return report
-            for index, (case, outcome) in enumerate(zip(cases, report.outcomes)):
-                if isinstance(outcome, GraderError):
-                    return grader_problem(self.exercise, outcome.what)
-                if isinstance(outcome, Error):
-                    return self.raised(case, outcome.info)
-                problem = check_output(self.exercise, case, outcome.output, expected[index])
-                if problem is not None:
-                    text, kind = (problem.text, problem.kind) if isinstance(problem, Mismatch) else (problem, "values")
-                    return self.fail(f"没有通过：{SUMMARY[kind]}", f"用例：{case.label}\n{text}")
-                if outcome.changed:
-                    return self.judge_mutated(case, outcome.changed)
-            if len(report.outcomes) < len(cases):
-                return self.fail("评分进程没有跑完所有用例。")
+            return self.first_wrong(cases, expected, report.outcomes,
+                                    lambda _, index, problem: self.undiagnosed(cases[index], problem))
         finally:
             expected.finish()
-        return Verdict(self.exercise.name, self.exercise.points, self.exercise.points, "通过")
 
     def over_budget(self, cases: tuple[Case, ...], over: str) -> Verdict:
         """The verdict on a run of the budget's cases that went ``over`` it (what it used, against what it may)."""
@@ -148,25 +136,32 @@ class Judgement:
     def judge(self, outcomes: tuple[Outcome, ...]) -> Verdict:
         """The verdict on the outcomes of the cases, in order: the first wrong one decides. A wrong output is not
         diagnosed when ``broken()`` lists exercises it builds on that fail: the verdict will name them instead."""
-        for index, (case, outcome) in enumerate(zip(self.cases, outcomes)):
+        return self.first_wrong(self.cases, self.expected, outcomes, self.wrong)
+
+    def first_wrong(self, cases: tuple[Case, ...], expected, outcomes: tuple[Outcome, ...], wrong) -> Verdict:
+        """The verdict on the outcomes of ``cases`` (``expected[i]``: the reference's result on case i), in order: the
+        first case that went wrong decides (an error, an input changed in place, or a wrong output, which
+        ``wrong(outcomes, index, problem)`` tells)."""
+        for index, (case, outcome) in enumerate(zip(cases, outcomes)):
             if isinstance(outcome, GraderError):  # the harness vouches that the grader's own code raised it
                 return grader_problem(self.exercise, outcome.what)
             if isinstance(outcome, Error):
                 return self.raised(case, outcome.info)
             got, changed = outcome.output, outcome.changed
-            problem = check_output(self.exercise, case, got, self.expected[index])
+            problem = check_output(self.exercise, case, got, expected[index])
             if problem is None and changed:
-                return self.judge_mutated(case, changed)
+                return self.fail(f"没有通过：{_MUTATED[0]}", f"用例：{case.label}\n{inplace.said(changed)}"
+                                                          f"\n看起来是：{_MUTATED[0]}。{_MUTATED[1]}", _MUTATED[0])
             if problem is not None:
-                return self.wrong(outcomes, index, problem)
-        if len(outcomes) < len(self.cases):
+                return wrong(outcomes, index, problem)
+        if len(outcomes) < len(cases):
             return self.fail("评分进程没有跑完所有用例。")
         return Verdict(self.exercise.name, self.exercise.points, self.exercise.points, "通过")
 
-    def judge_mutated(self, case: Case, changed) -> Verdict:
-        """The verdict on a right output whose call changed an input in place."""
-        return self.fail(f"没有通过：{_MUTATED[0]}", f"用例：{case.label}\n{inplace.said(changed)}"
-                                                  f"\n看起来是：{_MUTATED[0]}。{_MUTATED[1]}", _MUTATED[0])
+    def undiagnosed(self, case: Case, problem: Mismatch | str) -> Verdict:
+        """The verdict on a wrong output on ``case``, saying only how it differs."""
+        text, kind = _text_and_kind(problem)
+        return self.fail(f"没有通过：{SUMMARY[kind]}", f"用例：{case.label}\n{text}")
 
     def raised(self, case: Case, info) -> Verdict:
         """The verdict when the student's code raised on ``case``: a known mistake the error shows, else what the
@@ -192,7 +187,7 @@ class Judgement:
         be the base's doing."""
         exercise, cases, expected = self.exercise, self.cases, self.expected
         case, got, changed = cases[index], outcomes[index].output, outcomes[index].changed
-        text, kind = (problem.text, problem.kind) if isinstance(problem, Mismatch) else (problem, "values")
+        text, kind = _text_and_kind(problem)
         lines = [f"用例：{case.label}", text]
         returned = [o for o in outcomes if isinstance(o, Ok)]
         right = [i != index and (i < index or check_output(exercise, cases[i], o.output, expected[i]) is None)
@@ -380,6 +375,11 @@ def _same_stage(mine: tuple, theirs: tuple, dtype: torch.dtype, tol) -> bool | N
         if compare(got.to(dtype) if got.is_floating_point() else got, want, dtype, tol) is not None:
             return False
     return True
+
+
+def _text_and_kind(problem: Mismatch | str) -> tuple[str, str]:
+    """What a wrong output's problem says, and its kind (``compare.SUMMARY``'s key)."""
+    return (problem.text, problem.kind) if isinstance(problem, Mismatch) else (problem, "values")
 
 
 def _over(budget: Budget, answer) -> str:

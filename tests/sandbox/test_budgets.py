@@ -16,6 +16,7 @@ from autograder.engine.checks import greedy_generate, online_softmax_attention
 from autograder.engine.judging import check_output, grade
 from autograder.engine.sandbox.client import shared
 from autograder.engine.sandbox.report import Ok, from_bytes
+from tests.sandbox import Keeping
 from tests.students import a01, a07
 
 ONLINE, GREEDY = EXERCISES["online_softmax_attention"], EXERCISES["greedy_generate"]
@@ -110,17 +111,6 @@ WALLS = [pytest.param((), id="all walls"), pytest.param(("landlock",), id="no la
          pytest.param(("namespaces",), id="no namespaces"), pytest.param(("seccomp",), id="no seccomp")]
 
 
-class _Keeping:
-    """The given sandbox, keeping each answer it gave."""
-
-    def __init__(self, sandbox):
-        self.sandbox, self.answers = sandbox, []
-
-    def run(self, job, timeout_s):
-        self.answers.append((job["cases"], self.sandbox.run(job, timeout_s)))
-        return self.answers[-1][1]
-
-
 def _without_budget(exercise):
     return dataclasses.replace(exercise, budget=None)
 
@@ -129,14 +119,14 @@ def _without_budget(exercise):
 def test_online_softmax_that_holds_more_than_a_block_fails_however_it_hides(attack):
     cells = a01.cells({"online_softmax_attention": HOLDING[attack]})
     assert grade(_without_budget(ONLINE), cells).passed  # every ordinary case: the attack's numbers are right
-    keeping = _Keeping(shared())
+    keeping = Keeping()
     verdict = grade(ONLINE, cells, sandbox=keeping)
     assert not verdict.passed and not verdict.grader_problem
     assert verdict.mistake == online_softmax_attention.WHOLE_SCORES.name, verdict.message
     assert "这个用例最多只能多 160 MiB" in verdict.details and "很长的 k/v" in verdict.details, verdict.details
     # What the run reported is a well-formed report with the right output: the measurement alone fails it.
-    cases, answer = keeping.answers[-1]
-    report = from_bytes(answer.data, len(cases))
+    cases = ONLINE.made_budget_cases()
+    report = from_bytes(keeping.answer.data, len(cases))
     assert all(isinstance(o, Ok) and check_output(ONLINE, c, o.output) is None for c, o in zip(cases, report.outcomes))
 
 

@@ -19,11 +19,12 @@ from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from autograder.engine.checks import attention_scores as scores_check
 from autograder.engine.judging import grade
 from autograder.engine.sandbox import landlock
-from autograder.engine.sandbox.client import Sandbox, shared
+from autograder.engine.sandbox.client import Sandbox
 from autograder.engine.sandbox.report import MAGIC, from_bytes
 from autograder.engine.student_code import Cell
 from course import qwen35_weights
 from course.layout import ROOT as REPO
+from tests.sandbox import Keeping
 from tests.students import a01
 
 SCORES = EXERCISES["attention_scores"]
@@ -376,17 +377,6 @@ def attention_scores(q, k):
 '''
 
 
-class _Keeping:
-    """The shared sandbox, keeping the last answer it gave."""
-
-    def __init__(self):
-        self.answer = None
-
-    def run(self, job, timeout_s):
-        self.answer = shared().run(job, timeout_s)
-        return self.answer
-
-
 class _Replaying:
     """A stand-in sandbox that gives an answer again: the grader's own share of the work, alone."""
 
@@ -410,7 +400,7 @@ def _peak_memory_growth(action) -> int:
 
 @pytest.mark.parametrize("claim", CLAIMS)
 def test_a_report_that_claims_more_than_it_holds_is_refused_at_once(claim):
-    keeping = _Keeping()
+    keeping = Keeping()
     verdicts = []
     growth = _peak_memory_growth(lambda: verdicts.append(graded(claiming(*CLAIMS[claim]), keeping)))
     assert not verdicts[0].passed and not verdicts[0].grader_problem
