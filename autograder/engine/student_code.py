@@ -85,6 +85,23 @@ def _names(node: ast.stmt) -> list[str]:
     return [t.id for t in targets]
 
 
+def _names_read(node: ast.AST) -> set[str]:
+    """Every ``Name`` in ``node``'s tree (what ``ast.walk`` finds, without its generators: a notebook's
+    definitions are walked in every run)."""
+    found, todo = set(), [node]
+    while todo:
+        here = todo.pop()
+        if type(here) is ast.Name:
+            found.add(here.id)
+        for name in here._fields:
+            value = getattr(here, name, None)
+            if type(value) is list:
+                todo.extend(item for item in value if isinstance(item, ast.AST))
+            elif isinstance(value, ast.AST):
+                todo.append(value)
+    return found
+
+
 def _used_imports(node: ast.stmt, used: set[str]) -> ast.stmt | None:
     """``node`` keeping only the imported names in ``used`` (None when nothing is left). A ``__future__`` import
     is kept whole: it changes how the rest of its cell compiles (``annotations`` defers every annotation)."""
@@ -115,8 +132,9 @@ def student_code(cells: list[Cell]) -> StudentCode:
             code.syntax_errors[cell.label] = f"Python 无法解析这个单元（{type(e).__name__}：嵌套太深或太大？）"
             continue
         kept_by_cell.append((cell.label, [node for node in tree.body if _graded(node)]))
-    used = {n.id for _, kept in kept_by_cell for node in kept if not isinstance(node, (ast.Import, ast.ImportFrom))
-            for n in ast.walk(node) if isinstance(n, ast.Name)}
+    reads = {id(node): _names_read(node) for _, kept in kept_by_cell for node in kept
+             if not isinstance(node, (ast.Import, ast.ImportFrom))}
+    used = set().union(*reads.values())
     for label, kept in kept_by_cell:
         kept = [n for n in (_used_imports(node, used) for node in kept) if n is not None]
         if not kept:
@@ -131,8 +149,7 @@ def student_code(cells: list[Cell]) -> StudentCode:
                 code.defined[name] = label
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 # A name defined again (a notebook's ``class M(M)`` that adds a method) keeps what it used before.
-                refers = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - {node.name}
-                code.refers.setdefault(node.name, set()).update(refers)
+                code.refers.setdefault(node.name, set()).update(reads[id(node)] - {node.name})
     return code
 
 

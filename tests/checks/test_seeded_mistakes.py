@@ -33,17 +33,11 @@ def _weights(module, request) -> None:
         request.getfixturevalue("smollm2_weights")
 
 
-def _beyond_the_first(module, name: str, entries: list) -> tuple:
-    """The marks of an entry of a real-size exercise (``tests/tiers.py``) when an earlier one of the same student
-    and exercise is in the default tier."""
-    return tiers.marks(name) if any(entry[0] == name for entry in entries) else ()
-
-
 ANSWERS = [(m, name) for m in ALL for name in m.CORRECT]
 # The other correct ways of writing a real-size exercise, and its seeded mistakes but the first, run in the full run.
 OTHERS = [pytest.param(m, *other, marks=tiers.marks(other[0]), id=f"{_id(m)}-{other[0]}-{other[1]}")
           for m in ALL for other in m.OTHER_CORRECT]
-MISTAKES = [pytest.param(m, *mistake, marks=_beyond_the_first(m, mistake[0], m.MISTAKES[:i]),
+MISTAKES = [pytest.param(m, *mistake, marks=tiers.beyond_the_first([mistake[0]], [[e[0]] for e in m.MISTAKES[:i]]),
                          id=f"{_id(m)}-{mistake[0]}-{mistake[1]}")
             for m in ALL for i, mistake in enumerate(m.MISTAKES)]
 

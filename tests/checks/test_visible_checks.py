@@ -18,7 +18,7 @@ from autograder.engine.judging import reference_result
 from autograder.engine.sandbox.harness import NOT_IMPLEMENTED
 from course import checking, layout
 from course.layout import ROOT as REPO
-from tests import natural_mistakes
+from tests import natural_mistakes, tiers
 from tests.natural_mistakes.judged import NAMES
 from tests.students import BY_ASSIGNMENT
 
@@ -97,10 +97,13 @@ def test_the_check_passes_correct_code_and_calls_the_stub_not_implemented(module
             assert _verdict(module, module.ASSIGNMENT, name, {name: code}) is None, how
 
 
-SEEDED = [(BY_ASSIGNMENT[a], *mistake) for a in CHECKED for mistake in BY_ASSIGNMENT[a].MISTAKES if mistake[0] in _data(a)]
+_SEEDED = [(BY_ASSIGNMENT[a], *mistake) for a in CHECKED for mistake in BY_ASSIGNMENT[a].MISTAKES if mistake[0] in _data(a)]
+# A real-size exercise's seeded mistakes but the first run in the full run (tests/tiers.py).
+SEEDED = [pytest.param(*seeded, marks=tiers.beyond_the_first([seeded[1]], [[s[1]] for s in _SEEDED[:i]]),
+                       id=f"{seeded[0].ASSIGNMENT[:2]}-{seeded[1]}-{seeded[2]}") for i, seeded in enumerate(_SEEDED)]
 
 
-@pytest.mark.parametrize("module, name, want, code", SEEDED, ids=[f"{m.ASSIGNMENT[:2]}-{n}-{w}" for m, n, w, _ in SEEDED])
+@pytest.mark.parametrize("module, name, want, code", SEEDED)
 def test_the_check_fails_every_seeded_mistake_and_names_none_but_the_graders(module, name, want, code):
     said = _verdict(module, module.ASSIGNMENT, name, {name: code})
     assert said is not None, f"the check passes what the grader fails ({want})"
@@ -150,8 +153,11 @@ def test_in_a_kernel_a_check_shows_the_students_frames_and_the_graders_words(tmp
     assert all("checking.py" not in text for text in said), "the check's own frames are hidden"
 
 
-NATURAL = [(module, entry) for module in natural_mistakes.ASSIGNMENTS if module.ASSIGNMENT in CHECKED
-           for entry in module.ENTRIES]
+_NATURAL = [(module, entry) for module in natural_mistakes.ASSIGNMENTS if module.ASSIGNMENT in CHECKED
+            for entry in module.ENTRIES]
+# The mistakes that run a real-size exercise another mistake already ran in the default tier: the full run.
+NATURAL = [pytest.param(module, entry, marks=tiers.beyond_the_first(entry.exercises, [e.exercises for _, e in _NATURAL[:i]]),
+                        id=entry.id) for i, (module, entry) in enumerate(_NATURAL)]
 
 
 def _said(module, entry) -> dict[str, checking.Failure | None]:
@@ -161,7 +167,7 @@ def _said(module, entry) -> dict[str, checking.Failure | None]:
     return {name: checking.verdict(name, notebook) for name in entry.exercises if name in _data(module.ASSIGNMENT)}
 
 
-@pytest.mark.parametrize("module, entry", NATURAL, ids=[entry.id for _, entry in NATURAL])
+@pytest.mark.parametrize("module, entry", NATURAL)
 def test_on_natural_mistakes_the_check_names_only_what_the_grader_names(module, entry):
     """Mistakes written from the notebook alone: a mistake the check names is the one the grader names (its
     judged names, ``tests/natural_mistakes/judged.py``), and an exercise it blames first is one the mistake breaks."""
