@@ -9,6 +9,7 @@ answers in a cell of its own, an answer's helpers after the definition that call
 student adds one when a call fails (Python only needs it at call time).
 """
 import ast
+import functools
 from typing import NamedTuple
 
 from autograder.engine.student_code import Cell
@@ -87,24 +88,31 @@ def _callers_first(pieces: list[str]) -> list[str]:
 def layout(header: str, answers: dict[str, str]) -> list[Piece]:
     """The notebook of ``header`` (imports, and what the notebook provides) and ``answers`` (exercise -> the
     student's code, in notebook order), as the cells a student's notebook has (see the module's docstring)."""
+    return list(_layout(header, tuple(answers.items())))
+
+
+@functools.lru_cache(maxsize=256)  # the same notebook is laid out for many tests, each time the same
+def _layout(header: str, answers: tuple[tuple[str, str], ...]) -> tuple[Piece, ...]:
     tree = ast.parse(header)
     imports = [node for node in tree.body if isinstance(node, _IMPORTS)]
     given = _without_imports(header)
     pieces = [Piece("given", given)] if given.strip() else []
-    for exercise, source in answers.items():
+    for exercise, source in answers:
         pieces += [Piece("answer", piece, exercise) for piece in _callers_first(_definitions(source))]
-    needed = set().union(*(at_definition(node) for p in pieces for node in ast.parse(p.source).body))
-    used = set().union(*(_names(ast.parse(p.source)) for p in pieces))
+    trees = [ast.parse(p.source) for p in pieces]
+    needed = set().union(*(at_definition(node) for tree in trees for node in tree.body))
+    uses = [_names(tree) for tree in trees]
     # torch, what is needed while the definitions run, and what nothing uses stay in the first cell.
-    early = [node for node in imports if _imported(node) & (needed | {"torch"}) or not _imported(node) & used]
+    early = [node for node in imports if _imported(node) & (needed | {"torch"}) or not _imported(node) & set().union(*uses)]
     cells = [Piece("imports", "".join(ast.unparse(node) + "\n" for node in early)), *pieces]
+    uses = [set(), *uses]  # an import cell reads no names
     for node in imports:
         if node in early:
             continue
-        names = _imported(node)
-        first_use = next(i for i, p in enumerate(cells) if names & _names(ast.parse(p.source)))
+        first_use = next(i for i, names in enumerate(uses) if _imported(node) & names)
         cells.insert(first_use + 1, Piece("given", ast.unparse(node) + "\n"))
-    return cells
+        uses.insert(first_use + 1, set())
+    return tuple(cells)
 
 
 def _without_imports(source: str) -> str:
