@@ -41,11 +41,23 @@ def test_the_simulated_students_correct_code_passes_in_every_presentation(module
     assert not _failures(grade_cells(module.ASSIGNMENT, cells, sandbox))
 
 
+def _distinct_notebooks(modules) -> list:
+    """One module per distinct correct notebook: the later writers of 07 (g07, h07, i07) wrote their mistakes into
+    f07's correct code, and the same cells get the same verdicts."""
+    found = {}
+    for module in modules:
+        found.setdefault((module.HEADER, tuple(module.CORRECT.items())), module)
+    return list(found.values())
+
+
+WRITERS = _distinct_notebooks(natural_mistakes.ASSIGNMENTS)
+
+
 @pytest.mark.metamorphic
 @pytest.mark.parametrize("presentation", list(PRESENTATIONS))
-@pytest.mark.parametrize("module", natural_mistakes.ASSIGNMENTS, ids=lambda m: m.ASSIGNMENT)
+@pytest.mark.parametrize("module", WRITERS, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
 def test_code_written_by_others_passes_in_every_presentation(module, presentation, sandbox):
-    """The correct code of the natural mistakes' writer, who never read the graders, one definition per cell."""
+    """The correct code of the natural mistakes' writers, who never read the graders, one definition per cell."""
     cells = graded_cells(present(presentation, source_blocks(module.HEADER, module.CORRECT)))
     assert not _failures(grade_cells(module.ASSIGNMENT, cells, sandbox))
 
@@ -92,3 +104,4 @@ def test_each_presentation_changes_the_notebooks_and_keeps_them_valid_python(pre
 
 def _top_names(source: str) -> list[str]:
     return [node.name for node in ast.parse(source).body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+
