@@ -4,8 +4,8 @@ shows), and these tests hold the two to one behaviour. On every case the grader 
 notebook's solution, given the case in float64 as the reference is, returns what the reference returns: the same
 types, shapes and dtypes, equal integers, and floats within a tenth of the grader's tolerance for the case — so that
 a difference the grader would forgive is still caught unless it is rounding (the contract keeps some tables in
-float32, e.g. RoPE's angles, whose last bits two correct formulas round differently: up to a third of the grader's
-1e-4 on a cosine at angle 299)."""
+float32, e.g. RoPE's angles, whose last bits two correct formulas round differently: about 3e-6 on a cosine at
+angle 299, where the grader allows 1e-4)."""
 import contextlib
 import functools
 import sys
@@ -26,7 +26,7 @@ ASSIGNMENT_OF = {exercise.name: assignment for assignment, exercises in ASSIGNME
 
 
 @functools.cache
-def _solved(assignment: str) -> dict:
+def _solved(assignment: str) -> types.ModuleType:
     """The graded definitions of the released notebook with the source notebook's solutions, run as the sandbox
     runs them (imports, definitions and constants only), in a module of their own."""
     code = student_code(graded_cells(released_blocks(assignment), f"{assignment}.ipynb"))
