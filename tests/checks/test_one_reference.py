@@ -54,10 +54,8 @@ def test_the_notebooks_solution_gives_the_references_output_on_every_case(exerci
         request.getfixturevalue("smollm2_weights")
     module = _solved(ASSIGNMENT_OF[exercise.name])
     solution = getattr(module, exercise.definition)
-    refused = protocols.watches.flash_kernels_refused if exercise.call.__name__ in protocols.REFUSING_FLASH \
-        else contextlib.nullcontext
     for case in (*exercise.made_cases(), *exercise.made_budget_cases()):
-        with _as_the_notebook(module), refused():
+        with _as_the_notebook(module), protocols.watches.flash_kernels_refused(exercise.call.__name__):
             got = exercise.call(solution, case.in_float64())
         tolerance = exercise.tolerance(case.dtype)
         differs = _difference(got, reference_result(exercise, case), tolerance.atol / TIGHTER, tolerance.rtol / TIGHTER)
