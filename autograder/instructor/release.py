@@ -32,8 +32,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from course import layout
 from course.layout import ROOT as REPO
@@ -242,33 +240,19 @@ def differing_files(root: Path) -> list[str]:
 
 
 def _same(fresh: Path, committed: Path) -> bool:
-    """Whether two generated files say the same: byte for byte, or, for a checks file, the same data up to the
-    last bits of its float64 outputs (another machine's BLAS rounds those differently)."""
+    """Whether two generated files say the same: byte for byte, or, for a checks file, the same data up to what
+    another machine's rounding moves (``same_checks``)."""
     if filecmp.cmp(fresh, committed, shallow=False):
         return True
+    from autograder.instructor.same_checks import same_checks
     from course import checking
 
     if fresh.name != layout.CHECKS:
         return False
     try:
-        return _close(checking.load(fresh), checking.load(committed))
+        return same_checks(checking.load(fresh), checking.load(committed))
     except checking.CheckFailed:  # the committed one is of another format, or unreadable
         return False
-
-
-def _close(a, b) -> bool:
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
-    if isinstance(a, (tuple, list)):
-        return type(a) is type(b) and len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
-    if isinstance(a, torch.Tensor):
-        if not (isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape):
-            return False
-        if not a.is_floating_point():
-            return torch.equal(a, b)
-        ulps = 1e-9 if a.dtype == torch.float64 else 4 * torch.finfo(a.dtype).eps  # a mistake run in its case's dtype
-        return bool(a.double().isclose(b.double(), rtol=ulps, atol=ulps, equal_nan=True).all())
-    return a == b
 
 
 def stale_files() -> list[str]:

@@ -23,12 +23,14 @@ BF16_MARGIN = 0.25
 def hand_table() -> torch.Tensor:
     """Four tokens; what follows depends on the last token only. After the prompt's last token 0, token 1 is the
     likelier (0.5 against 0.4), but after 1 the best is 0.4 while after 2 it is 0.9: greedy takes 1 then 0.4
-    (0.20 in all), a beam of two keeps 2 and finds 2 then 0.9 (0.36)."""
+    (0.20 in all), a beam of two keeps 2 and finds 2 then 0.9 (0.36). The logarithms are taken in float64: a
+    CPU's float32 ``log`` may round the last bit its own way, and the case must be the same on every machine."""
+    # [previous, last, next]: the previous token does not matter
     rows = torch.tensor([[0.05, 0.5, 0.4, 0.05],    # after 0
                          [0.3, 0.25, 0.05, 0.4],    # after 1
                          [0.02, 0.03, 0.05, 0.9],   # after 2
                          [0.25, 0.25, 0.3, 0.2]])   # after 3
-    return rows.log().expand(4, 4, 4).clone()       # [previous, last, next]: the previous token does not matter
+    return rows.double().log().float().expand(4, 4, 4).clone()
 
 
 def _kept_apart(table: torch.Tensor, prompt: torch.Tensor, num_beams: int, steps: int, margin: float) -> bool:
