@@ -13,7 +13,7 @@ what a mistake gives on a case is worked out once per process (``known_outputs``
 and once per grader version for the assignments that run real models (``output_store``).
 """
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -28,8 +28,11 @@ CLOSER = 0.25  # in low precision, the student's distance to the mistake, at mos
 NEAR = 4  # ... or at most this many tolerances
 
 
-def agree(exercise: "Exercise", case: Case, got, wrong) -> bool:
-    return compare(exercise.graded(got), wrong, case.dtype, exercise.tolerance(case.dtype),
+def agree(exercise: "Exercise", case: Case, got, wrong, scale: float = 1.0) -> bool:
+    """Whether ``got`` (an output as the code returns it) and ``wrong`` (a graded one) agree to the case's tolerance
+    (times ``scale``), NaN matching NaN."""
+    tol = exercise.tolerance(case.dtype)
+    return compare(exercise.graded(got), wrong, case.dtype, replace(tol, atol=tol.atol * scale, rtol=tol.rtol * scale),
                    names=exercise.output_names, equal_nan=True, free=exercise.free_in(case)) is None
 
 
