@@ -52,8 +52,9 @@ KEPT_ELEMENTS = 8192
 
 def _mistakes_on(exercise: Exercise, case, expected) -> dict[int, object]:
     """Mistake index -> what it gives on ``case``, for the mistakes given as code: ``checking.RAISES`` where it
-    raises; its output where it defines the case's numbers (inside its ``tried_on``, and run in float64 agreeing
-    with its own result in the case's dtype), as ``diagnosis`` requires before it counts a case against a mistake.
+    raises; its output where it defines the case's numbers (inside its ``tried_on``, and its run in float64 within
+    ``diagnosis.SELF_AGREEMENT`` of its run in the case's dtype), as ``diagnosis`` requires before it counts a case
+    against a mistake.
     An output that is the reference's is written ``checking.SAME``; float64 ones are kept in float32, which is far
     inside every tolerance: the file ships with the notebooks and stays small."""
     found = {}
@@ -67,7 +68,7 @@ def _mistakes_on(exercise: Exercise, case, expected) -> dict[int, object]:
         if mistake.tried_on is not None and not mistake.tried_on(case):
             continue
         native = wrong if mistake.native_dtype else diagnosis.output(exercise, mistake, case, True)
-        if native is not RAISED and diagnosis.agree(exercise, case, native, wrong):
+        if native is not RAISED and diagnosis.agree(exercise, case, native, wrong, diagnosis.SELF_AGREEMENT):
             if diagnosis.agree(exercise, case, wrong, expected):
                 found[index] = checking.SAME
             elif _elements(wrong) <= KEPT_ELEMENTS:
