@@ -4,9 +4,9 @@ give the same numbers (a 1/4 scale can be 1/√16 and 1/(√8 + √8) at once).
 
 A case where a mistake cannot be reproduced to the case's tolerance does not count against it: the mistake
 raises there, it is declared not to define that case's numbers (``Mistake.tried_on``), or its own results in
-the case's dtype and in float64 lie more than half the tolerance apart (``SELF_AGREEMENT``). Two ways of rounding (bfloat16, float16, mistakes about precision)
-need not agree to the tolerance: there the student's output must lie within a few tolerances of the
-mistake's, or far closer to it than to the reference's.
+the case's dtype and in float64 lie more than half the tolerance apart (``SELF_AGREEMENT``). Two ways of
+rounding (bfloat16, float16, mistakes about precision) need not agree to the tolerance: there the student's
+output must lie within a few tolerances of the mistake's, or far closer to it than to the reference's.
 
 Cost: every mistake is tried on the first wrong case; only those that reproduce it are tried on the others; and
 what a mistake gives on a case is worked out once per process (``known_outputs``), for every notebook of a class,
