@@ -396,6 +396,17 @@ def test_the_element_furthest_out_of_tolerance_is_named_by_its_index():
     assert "2 个元素" in said.text and "差得最多的在 [1, 2, 0]：期望 0，得到 0.5" in said.text, said.text
 
 
+@pytest.mark.parametrize("later", [0.08851201, 0.08851199], ids=["later one larger", "later one smaller"])
+def test_of_differences_equal_but_for_rounding_the_first_is_named_whichever_is_larger(later):
+    """Another CPU rounds the student's float32 output otherwise: which of two equal differences is a last bit
+    larger must not move the position the message names."""
+    want = torch.zeros(4, 40, dtype=torch.float64)
+    got = want.clone().float()
+    got[1, 13], got[3, 29], got[2, 5] = 0.088512, later, 0.01
+    said = compare(got, want, torch.float32, EXERCISES["attention_scores"].tolerance(torch.float32))
+    assert "差得最多的在 [1, 13]：期望 0，得到 0.088512" in said.text, said.text
+
+
 def test_a_number_of_another_type_is_said_to_be_of_the_wrong_type():
     """numpy.prod's numpy.int64 reaches the grader as the sandbox's text for an object it cannot hand back."""
     said = compare("numpy.int64 对象", 512, torch.float32, EXERCISES["attention_flops"].tolerance(torch.float32))
