@@ -25,36 +25,42 @@ def _same_exercise(a: dict, b: dict) -> bool:
 
 
 def _same_case(a: dict, b: dict) -> bool:
-    """A public case: its mistakes' outputs compared where both files keep one (and where both are finite), and
-    each claim on the mistakes both keep."""
-    plain = a.keys() - {"mistakes", "claims"}
+    """A public case: its inputs and outputs equal to a hundredth of the case's tolerance (inputs made in float32
+    carry their last bits into every output), its mistakes' outputs compared where both files keep one (and where
+    both are finite), and each claim on the mistakes both keep."""
+    numbers = {"args", "kwargs", "expected"}
+    plain = a.keys() - numbers - {"mistakes", "claims"}
     if a.keys() != b.keys() or not close({k: a[k] for k in plain}, {k: b[k] for k in plain}):
         return False
+    within = tuple(t / 100 for t in a["tolerance"])
     both = a["mistakes"].keys() & b["mistakes"].keys()
-    return (close({i: a["mistakes"][i] for i in both}, {i: b["mistakes"][i] for i in both}, overflows=True)
+    return (close({k: a[k] for k in numbers}, {k: b[k] for k in numbers}, within=within)
+            and close({i: a["mistakes"][i] for i in both}, {i: b["mistakes"][i] for i in both}, True, within)
             and a["claims"].keys() == b["claims"].keys()
             and all([i for i in a["claims"][m] if i in both] == [i for i in b["claims"][m] if i in both]
                     for m in a["claims"]))
 
 
-def close(a, b, overflows: bool = False) -> bool:
+def close(a, b, overflows: bool = False, within: tuple[float, float] | None = None) -> bool:
     """``a`` and ``b`` (tensors, in tuples, lists, dicts and namespaces) are equal but for the last bits of their
     floats: the same dtypes and shapes, integers and other values equal, floats within a few ulps (float64 within
-    1e-9, the file's coarsest rounding of an output), non-finite where the other is non-finite; with
+    1e-9) or, given ``within`` (atol, rtol), within that; non-finite where the other is non-finite; with
     ``overflows``, compared only where both are finite."""
     if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(close(a[k], b[k], overflows) for k in a)
+        return isinstance(b, dict) and a.keys() == b.keys() and all(close(a[k], b[k], overflows, within) for k in a)
     if isinstance(a, (tuple, list)):
-        return type(a) is type(b) and len(a) == len(b) and all(close(x, y, overflows) for x, y in zip(a, b))
+        return type(a) is type(b) and len(a) == len(b) and all(close(x, y, overflows, within) for x, y in zip(a, b))
     if isinstance(a, types.SimpleNamespace):
-        return isinstance(b, types.SimpleNamespace) and close(vars(a), vars(b), overflows)
+        return isinstance(b, types.SimpleNamespace) and close(vars(a), vars(b), overflows, within)
     if isinstance(a, torch.Tensor):
         if not (isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape):
             return False
         if not a.is_floating_point():
             return torch.equal(a, b)
-        a, b, ulps = a.double(), b.double(), 1e-9 if a.dtype == torch.float64 else 4 * torch.finfo(a.dtype).eps
+        ulps = 1e-9 if a.dtype == torch.float64 else 4 * torch.finfo(a.dtype).eps
+        atol, rtol = (max(ulps, within[0]), max(ulps, within[1])) if within else (ulps, ulps)
+        a, b = a.double(), b.double()
         finite = a.isfinite() & b.isfinite()
         return bool((overflows or torch.equal(a.isfinite(), b.isfinite()))
-                    and a[finite].isclose(b[finite], rtol=ulps, atol=ulps).all())
+                    and a[finite].isclose(b[finite], rtol=rtol, atol=atol).all())
     return type(a) is type(b) and a == b
