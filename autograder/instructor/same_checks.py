@@ -5,8 +5,8 @@ Another CPU rounds the last bits of floats its own way (its BLAS sums in another
 ``exp`` differ by an ulp), and that moves three things a file holds: float values, by a few ulps; which elements
 of a mistake's output that overflows are infinite or NaN; and, on a case where a mistake's run in the case's dtype
 sits near ``diagnosis.SELF_AGREEMENT`` of the tolerance from its float64 run, whether the file keeps that
-mistake's output there at all (and so which mistakes a ``claims`` entry lists). Everything else — labels, shapes, dtypes, integers, which cases, which
-mistakes and their messages — comes from the source and must be equal.
+mistake's output there at all (and so which mistakes a ``claims`` entry lists). Everything else — labels,
+shapes, dtypes, integers, which cases, which mistakes and their messages — comes from the source and must be equal.
 """
 import types
 
