@@ -5,20 +5,22 @@ else ``release/``. Assignments a submission does not contain are "未提交", an
 still the released stub (``course-work`` copies all eight) "未开始": both listed, not counted, unless
 ``--require-all`` asks for strict totals (a class's submissions).
 
-The sandbox's fork server starts as this plugin loads, before the grader imports torch and the
-references, so that the two imports overlap. Every collected exercise ends up in the table and in
-results.json, whatever happens.
+The sandboxes' fork servers (one per grading lane, ``engine/lanes.py``: two where the machine has three cores)
+start as this plugin loads, before the grader imports torch and the references, so that the imports overlap.
+The first test hands every collected exercise of a submitted assignment to the lanes, and each test waits for
+its own verdict. Every collected exercise ends up in the table and in results.json, whatever happens.
 """
+from autograder.engine.lanes import Lanes
 from autograder.engine.sandbox.client import SandboxError, shared
 
-shared().start()
+LANES = Lanes()
+LANES.start()
 
-from pathlib import Path  # noqa: E402 - after the fork server's start, on purpose
+from pathlib import Path  # noqa: E402 - after the fork servers' start, on purpose
 
 import pytest  # noqa: E402
 
 from autograder.engine.assignments import ASSIGNMENTS  # noqa: E402
-from autograder.engine.grading import judge  # noqa: E402
 from autograder.engine.ipynb import NotebookError, read_code_cells  # noqa: E402
 from autograder.engine.model import Exercise, grader_problem  # noqa: E402
 from autograder.engine.sandbox.harness import NOT_IMPLEMENTED  # noqa: E402
@@ -72,7 +74,7 @@ def pytest_runtest_logreport(report):
 
 
 class Submission:
-    """The notebooks being graded, each read once per run."""
+    """The notebooks being graded, each read once per run, and their verdicts, from the grading lanes."""
 
     def __init__(self, path: Path, require_all: bool = False):
         self.path = path
@@ -80,7 +82,11 @@ class Submission:
         self.found = notebooks(path)
         self.require_all = require_all
         self._cells = {}
-        self.verdicts: dict[str, dict] = {}  # assignment -> the verdicts given on its notebook so far
+        self._verdicts = {}  # (assignment, exercise name) -> the Future of its verdict
+
+    def submitted(self, assignment: str) -> bool:
+        """Whether ``assignment`` gets verdicts: it was handed in, or a strict run counts it anyway."""
+        return assignment in self.found or self.require_all
 
     def cells(self, assignment: str):
         if assignment not in self.found:
@@ -102,9 +108,24 @@ class Submission:
         (``--require-all``) grades and counts every one."""
         if self.require_all:
             return False
-        cells, given = self.cells(assignment), self.verdicts.setdefault(assignment, {})
-        return all(judge(exercise, cells, verdicts=given).summary == NOT_IMPLEMENTED
-                   for exercise in ASSIGNMENTS[assignment])
+        return all(self.verdict(assignment, exercise).summary == NOT_IMPLEMENTED for exercise in ASSIGNMENTS[assignment])
+
+    def hand_over(self, exercises) -> None:
+        """Give the lanes every one of ``exercises`` ((assignment, Exercise), in the order they will be asked for) of
+        an assignment that gets verdicts, so that they are graded while the tests wait for the first."""
+        for assignment, exercise in exercises:
+            if self.submitted(assignment):
+                self._future(assignment, exercise)
+
+    def verdict(self, assignment: str, exercise: Exercise):
+        """The verdict on ``exercise`` of ``assignment`` (handed to the lanes now, unless it was already)."""
+        return self._future(assignment, exercise).result()
+
+    def _future(self, assignment: str, exercise: Exercise):
+        key = (assignment, exercise.name)
+        if key not in self._verdicts:
+            self._verdicts[key] = LANES.submit(exercise, self.cells(assignment), assignment)
+        return self._verdicts[key]
 
 
 @pytest.fixture(scope="session")
@@ -124,12 +145,13 @@ def submission(pytestconfig) -> Submission:
 def grade(submission, pytestconfig):
     """Grade one exercise of one assignment; record the verdict; fail the test with its message."""
     def run(assignment: str, exercise: Exercise) -> None:
+        submission.hand_over(pytestconfig.stash[EXPECTED].values())
         if submission.not_started(assignment):
             board = pytestconfig.stash[BOARD]
             if assignment not in board.not_started:
                 board.not_started.append(assignment)
             pytest.skip(f"{assignment} 未开始")
-        verdict = judge(exercise, submission.cells(assignment), verdicts=submission.verdicts.setdefault(assignment, {}))
+        verdict = submission.verdict(assignment, exercise)
         pytestconfig.stash[BOARD].add(assignment, verdict)
         if not verdict.passed:
             pytest.fail(verdict.headline(), pytrace=False)
@@ -173,5 +195,6 @@ def pytest_sessionfinish(session):
 
 
 def pytest_unconfigure(config):
+    LANES.stop()
     shared().stop()
 

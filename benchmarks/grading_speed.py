@@ -2,7 +2,8 @@
 on the same submission, and against a bare `python -c "import torch"`; one solved 08 notebook (the Gated
 DeltaNet layer on Qwen3.5's real sizes), and one 08 notebook with one named mistake in that layer. With
 --real-model, also one solved 07 notebook and one with a named mistake in greedy_generate
-(`pytest autograder/test_07_real_model.py`, the real SmolLM2 model: run `course-weights smollm2` first).
+(`pytest autograder/test_07_real_model.py`, the real SmolLM2 model: run `course-weights smollm2` first), also
+in each number of grading lanes (``autograder/engine/lanes.py``; the default follows the cores).
 
 Each notebook with a mistake is graded twice: with an empty store of known outputs (the first process after the
 grader changed: every reference and mistake is run on the real-size model) and with the store the first run
@@ -23,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from autograder.engine.lanes import LANES_ENV, MOST_LANES, lane_count  # noqa: E402
 from autograder.instructor.release import generate  # noqa: E402
 from course.cache import CACHE_ENV  # noqa: E402
 from tests import caches  # noqa: E402
@@ -103,9 +105,14 @@ def main() -> None:
                       "no:cacheprovider", "--submission"]
             real = write_submission(root / "real", filled(source_solutions(REAL_MODEL), REAL_MODEL), REAL_MODEL)
             real_s = median_wall([*graded, real], REPO, repeats)
+            lanes = {f"{n} lane{'s' if n > 1 else ''}": median_wall([*graded, real], REPO, repeats,
+                                                                  {**os.environ, LANES_ENV: str(n)})
+                     for n in range(1, MOST_LANES + 1)}
             wrong = with_mistake(root / "real-wrong", a07, "greedy_generate", "所有层共用了一个 KVCache")
             wrong_07 = cold_and_warm([*graded, wrong], root, repeats)
 
+    print(f"{len(os.sched_getaffinity(0))} cores here: `pytest autograder/` grades in {lane_count()} lane(s) "
+          f"unless {LANES_ENV} says otherwise")
     print(f"python -c 'import torch'                      {torch_s:6.2f} s")
     print(f"pytest autograder/ (one solved 01)            {pytest_s:6.2f} s   "
           f"{pytest_s / torch_s:4.2f}x torch import, {pytest_s / nbgrader_s:4.2f}x nbgrader")
@@ -117,6 +124,8 @@ def main() -> None:
     print(f"  the same, the store filled                {wrong_08[1]:8.2f} s   {wrong_08[1] / torch_s:4.2f}x torch import")
     if args.real_model:
         print(f"pytest test_{REAL_MODEL}.py (one solved 07)  {real_s:6.2f} s   {real_s / torch_s:4.2f}x torch import")
+        for name, seconds in lanes.items():
+            print(f"  the same in {name:<8} ({LANES_ENV})   {seconds:6.2f} s   {seconds / torch_s:4.2f}x torch import")
         print(f"  one named mistake in greedy_generate, no store {wrong_07[0]:5.2f} s   "
               f"{wrong_07[0] / torch_s:4.2f}x torch import")
         print(f"  the same, the store filled                {wrong_07[1]:8.2f} s   {wrong_07[1] / torch_s:4.2f}x torch import")

@@ -3,6 +3,7 @@ error, and the notebooks left exactly as they were. One cold run per behaviour o
 exercise's verdict is, is tested in this process (tests/engine/test_notebook_verdicts.py, tests/checks/test_seeded_mistakes.py): the
 solved run grades two assignments, every assignment's full marks are proven there."""
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import NamedTuple
 import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
+from autograder.engine.lanes import LANES_ENV
 from tests.commands import digest, finished, start_pytest_autograder
 from tests.notebooks import ASSIGNMENT, filled, released_path, source_solutions, write_submission
 
@@ -44,7 +46,11 @@ def runs(tmp_path_factory) -> Runs:
     notebooks = [*solved, *(released_path(a) for a in ASSIGNMENTS)]
     before = {p: digest(p) for p in notebooks}
     started = {
-        "solved": start_pytest_autograder("--submission", root / "solved", "--results-json", root / "solved.json"),
+        "solved": start_pytest_autograder("--submission", root / "solved", "--results-json", root / "solved.json",
+                                          env={**os.environ, LANES_ENV: "1"}),
+        "solved in two lanes": start_pytest_autograder("--submission", root / "solved", "--results-json",
+                                                       root / "solved in two lanes.json",
+                                                       env={**os.environ, LANES_ENV: "2"}),
         "stubs": start_pytest_autograder("--submission", released_path().parent.parent, "--require-all",
                                          "--results-json", root / "stubs.json"),
         "untouched": start_pytest_autograder("--submission", released_path().parent.parent,
@@ -73,6 +79,14 @@ def test_results_json_has_a_test_per_exercise_in_gradescopes_format(runs):
     assert [t["name"] for t in written["tests"]] == [f"{a} / {e.name}" for a in SOLVED for e in ASSIGNMENTS[a]]
     assert all({"name", "score", "max_score", "output", "visibility"} <= t.keys() for t in written["tests"])
     assert all(t["score"] == t["max_score"] == EXERCISES[t["name"].split(" / ")[1]].points for t in written["tests"])
+
+
+def test_two_grading_lanes_give_what_one_gives(runs):
+    """Two sandboxes grading at once (as on a machine of three cores) write the same table and results.json."""
+    one, two = runs.done["solved"], runs.done["solved in two lanes"]
+    assert two.returncode == one.returncode == 0, two.stdout
+    assert two.stdout.split("评分 Score")[1].split("=====")[0] == one.stdout.split("评分 Score")[1].split("=====")[0]
+    assert runs.results("solved in two lanes") == runs.results("solved")
 
 
 def test_grading_leaves_every_notebook_as_it_was(runs):

@@ -156,6 +156,15 @@ class Sandbox:
         tail = self._stderr.read().decode(errors="replace").strip()[-1500:]
         return f":\n{tail}" if tail else ""
 
+    def abandon(self) -> None:
+        """Kill the fork server's processes and nothing else, from another thread than the one using this sandbox
+        (which then gets a ``SandboxError``): for a sandbox still starting that is no longer wanted. ``stop`` tidies
+        up once that thread is done."""
+        process = self._process
+        if process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+
     def stop(self) -> None:
         """End the fork server: its input closes, so it tidies up and exits; whatever is left is killed."""
         process, self._process, self._hello = self._process, None, None

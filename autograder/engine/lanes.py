@@ -1,0 +1,143 @@
+"""Grading one student's exercises in two sandboxes at once, for ``pytest autograder/``: 07's greedy decoding
+(two seconds of real-model runs) no longer holds up the six exercises after it.
+
+Each lane is a thread with a fork server of its own; they take exercises from one queue, in the order given. A
+verdict is a function of the exercise and the code alone, whichever lane gives it and whatever it graded before:
+an exercise consults the ones it builds on (``Exercise.uses``, which form no cycle) only when it fails, and each
+lane keeps the verdicts it has given in dictionaries of its own, so a dependency may be graded twice, never
+differently. Only for grading without a CPU cap per notebook: under a cap (``course-grade``, Gradescope), what
+is left for an exercise depends on what ran before it, so those grade one exercise after another.
+"""
+import contextlib
+import os
+import queue
+import threading
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+from autograder.engine.sandbox.client import Sandbox, shared
+
+if TYPE_CHECKING:
+    from autograder.engine.model import Exercise, Verdict
+
+# Two lanes where the grader can have three cores: one for its own process, one for each fork server, which start
+# together (a torch import each). On two cores the second fork server's start takes the CPU from the first lane's
+# work and from the grader, and costs as much as it saves (07: 0.6 s less, 01: 0.5 s more); a third lane would
+# only add a start, since 07's greedy decoding alone sets the critical path.
+MOST_LANES = 2
+CORES_PER_EXTRA_LANE = 3
+_DONE = None
+
+
+# Set to 1 or 2, the number of lanes whatever the cores (a grader that shares its machine, a test of two lanes).
+LANES_ENV = "ATTENTION_COURSE_LANES"
+
+
+def lane_count() -> int:
+    """The lanes worth running on this machine: two where this process may use three cores, else one; or as many
+    as ``LANES_ENV`` says (1 to ``MOST_LANES``)."""
+    said = os.environ.get(LANES_ENV, "").strip()
+    if said:
+        if not (said.isdigit() and 1 <= int(said) <= MOST_LANES):
+            raise ValueError(f"{LANES_ENV}={said!r}: give a whole number from 1 to {MOST_LANES}, or leave it unset")
+        return int(said)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return MOST_LANES if cores >= CORES_PER_EXTRA_LANE else 1
+
+
+class Lanes:
+    """Threads that grade the exercises handed to ``submit``, one per sandbox of ``sandboxes``: by default the
+    process's shared one, and another where the machine has the cores (``lane_count``). ``start`` starts their
+    fork servers early; the first ``submit`` does otherwise."""
+
+    def __init__(self, sandboxes: "list[Sandbox] | None" = None):
+        self._sandboxes = sandboxes or [shared(), *(Sandbox() for _ in range(lane_count() - 1))]
+        self._queue: queue.Queue = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._greeted: dict[int, threading.Event] = {}  # lane -> set once its sandbox has answered, or failed to
+        self._first_up = threading.Event()  # set once the first lane's sandbox has answered, or failed to
+        self._first_ok = False
+
+    def start(self) -> None:
+        """Start every lane's fork server without waiting for it."""
+        for sandbox in self._sandboxes:
+            sandbox.start()
+
+    def submit(self, exercise: "Exercise", cells, notebook: str) -> "Future[Verdict]":
+        """The verdict on ``exercise`` for ``cells``, the code of the notebook ``notebook`` (verdicts are kept per
+        notebook), once a lane has graded it."""
+        if not self._threads:
+            self._start_lanes()
+        future: Future = Future()
+        self._queue.put((exercise, cells, notebook, future))
+        return future
+
+    def _start_lanes(self) -> None:
+        self.start()
+        self._greeted = {n: threading.Event() for n in range(len(self._sandboxes))}
+        self._threads = [threading.Thread(target=self._lane, args=(n,), daemon=True, name=f"lane-{n}")
+                         for n in range(len(self._sandboxes))]
+        for thread in self._threads:
+            thread.start()
+
+    def _lane(self, lane: int) -> None:
+        # Here, not above: ``pytest autograder/`` starts the fork servers before it imports torch, which these do.
+        from autograder.engine.grading import judge
+        from autograder.engine.model import grader_problem
+
+        sandbox = self._sandboxes[lane]
+        up = self._up(sandbox)
+        self._greeted[lane].set()
+        if not up:
+            return
+        given: dict[str, dict] = {}  # notebook -> the verdicts this lane has given on its code
+        while True:
+            job = self._queue.get()
+            if job is _DONE:
+                return
+            exercise, cells, notebook, future = job
+            try:
+                future.set_result(judge(exercise, cells, sandbox, verdicts=given.setdefault(notebook, {})))
+            except BaseException as e:  # noqa: BLE001 - judge gives a verdict for its own failures; this is a last net
+                future.set_result(grader_problem(exercise, f"{type(e).__name__}: {e}"))
+
+    def _up(self, sandbox: Sandbox) -> bool:
+        """Whether this lane takes exercises: the first always does (where its sandbox cannot start, each exercise
+        is the grader's problem, as without lanes); another only once its own sandbox and the first one are up, so
+        that no verdict depends on which lane took the exercise. Waiting for its own sandbox before taking
+        anything keeps a lane still starting from holding up what it took."""
+        first = sandbox is self._sandboxes[0]
+        try:
+            sandbox.hello()
+            up = True
+        except Exception:  # noqa: BLE001 - the first lane's judge says why; another lane just stays out
+            up = False
+        if first:
+            self._first_ok = up
+            self._first_up.set()
+            return True
+        self._first_up.wait()
+        return up and self._first_ok
+
+    def stop(self) -> None:
+        """End the lanes and the fork servers of all but the first (the process's shared one stops at exit):
+        exercises not yet taken are dropped, one being graded is finished first, and a fork server still starting
+        is killed rather than waited for."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                job = self._queue.get_nowait()
+                if job is not _DONE:
+                    job[-1].cancel()
+        for _ in self._threads:
+            self._queue.put(_DONE)
+        for lane, sandbox in enumerate(self._sandboxes[1:], start=1):
+            if not self._greeted[lane].is_set():
+                sandbox.abandon()
+        for thread in self._threads:
+            thread.join()
+        for sandbox in self._sandboxes[1:]:
+            sandbox.stop()
+        self._threads = []

@@ -1,0 +1,91 @@
+"""Grading lanes (``autograder/engine/lanes.py``): two sandboxes grading one student's exercises at once, in any
+order, give every verdict that one sandbox gives grading them in order, where an exercise fails on a base being
+graded in the other lane too; a lane whose sandbox cannot start takes nothing; stopping drops what no lane has taken yet."""
+import graphlib
+
+from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
+from autograder.engine.grading import grade_cells
+from autograder.engine.lanes import Lanes
+from autograder.engine.sandbox.client import Sandbox, SandboxError
+from tests.presentations import graded_cells, student_blocks
+from tests.students import a01, a03, a05
+
+# A wrong base under exercises that build on it (attention and online softmax on masked_softmax, 05's gradient on
+# the gate), the same in a layer (03's attention on repeat_kv), and correct code and a stub beside them.
+NOTEBOOKS = {
+    "01 masked_softmax wrong": (a01, {"masked_softmax": next(m[2] for m in a01.MISTAKES if m[0] == "masked_softmax")}),
+    "03 repeat_kv wrong": (a03, {"repeat_kv": next(m[2] for m in a03.MISTAKES if m[0] == "repeat_kv")}),
+    "05 gate wrong, gradient a stub": (a05, {
+        "apply_output_gate": next(m[2] for m in a05.MISTAKES if m[0] == "apply_output_gate"),
+        "gate_gradient": "def gate_gradient(*args, **kwargs):\n    raise NotImplementedError()\n"}),
+}
+
+
+def _cells(module, replace: dict):
+    return graded_cells(student_blocks(module.layout(replace)))
+
+
+def _key(verdict) -> tuple:
+    return (verdict.exercise, verdict.points, verdict.summary, verdict.details, verdict.mistake, verdict.grader_problem)
+
+
+def test_two_lanes_give_the_verdicts_of_one_sandbox_grading_in_order(sandbox):
+    notebooks = {name: (module.ASSIGNMENT, _cells(module, replace)) for name, (module, replace) in NOTEBOOKS.items()}
+    in_order = {name: [_key(v) for v in grade_cells(assignment, cells, sandbox)]
+                for name, (assignment, cells) in notebooks.items()}
+    assert any(verdict[4] for verdicts in in_order.values() for verdict in verdicts)  # some mistake is named
+    assert any("masked_softmax" in verdict[2] for verdict in in_order["01 masked_softmax wrong"]
+               if verdict[0] == "attention")  # an exercise told that its base fails
+    second = Sandbox()
+    second.hello()  # up before the lanes start, so that both take exercises from the first
+    lanes, used = Lanes([sandbox, second]), [sandbox.cpu_used_s, 0.0]
+    try:
+        # Last exercise first: a base is then often being graded in one lane while the other grades what builds on it.
+        futures = {name: {exercise.name: lanes.submit(exercise, cells, name)
+                          for exercise in reversed(ASSIGNMENTS[assignment])}
+                   for name, (assignment, cells) in notebooks.items()}
+        in_lanes = {name: [_key(got[e.name].result(timeout=300)) for e in ASSIGNMENTS[notebooks[name][0]]]
+                    for name, got in futures.items()}
+    finally:
+        lanes.stop()
+    assert in_lanes == in_order
+    assert sandbox.cpu_used_s > used[0] and second.cpu_used_s > used[1]  # each lane graded some
+
+
+def test_a_lane_whose_sandbox_cannot_start_takes_nothing_and_the_first_grades_it_all(sandbox):
+    cells = _cells(a05, {})
+    lanes = Lanes([sandbox, _CannotStart()])
+    try:
+        verdicts = [lanes.submit(e, cells, "05").result(timeout=120) for e in ASSIGNMENTS["05_output_gate"]]
+    finally:
+        lanes.stop()
+    assert [(v.exercise, v.passed) for v in verdicts] == [(e.name, True) for e in ASSIGNMENTS["05_output_gate"]]
+
+
+class _CannotStart(Sandbox):
+    """A sandbox whose fork server cannot start, as where a host limit stops its torch import."""
+
+    def start(self) -> None:
+        pass
+
+    def hello(self) -> dict:
+        raise SandboxError("the sandbox could not start: MemoryError")
+
+
+def test_stopping_drops_what_no_lane_has_taken_and_leaves_no_fork_server(sandbox):
+    cells = _cells(a01, {})
+    second = Sandbox()
+    lanes = Lanes([sandbox, second])
+    futures = [lanes.submit(e, cells, "01") for e in ASSIGNMENTS["01_attention_basics"] * 3]
+    lanes.stop()
+    assert any(f.cancelled() for f in futures)
+    assert all(f.cancelled() or f.result().exercise for f in futures)
+    assert second._process is None  # stopped, whether it had started or was still starting
+
+
+def test_the_exercises_an_exercise_builds_on_form_no_cycle():
+    """What lets a lane grade an exercise's bases again on its own: a verdict then never depends on which exercise
+    was graded first (a base that led back to the exercise being graded would not be consulted)."""
+    graph = {name: [base for base in exercise.uses if base in EXERCISES] for name, exercise in EXERCISES.items()}
+    assert all(base in EXERCISES for exercise in EXERCISES.values() for base in exercise.uses), "a base not in the course"
+    tuple(graphlib.TopologicalSorter(graph).static_order())  # raises CycleError on a cycle
