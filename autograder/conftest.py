@@ -5,8 +5,9 @@ else ``release/``. Assignments a submission does not contain are "未提交", an
 still the released stub (``course-work`` copies all eight) "未开始": both listed, not counted, unless
 ``--require-all`` asks for strict totals (a class's submissions).
 
-The sandboxes' fork servers (one per grading lane, ``engine/lanes.py``: two where the machine has three cores)
-start as this plugin loads, before the grader imports torch and the references, so that the imports overlap.
+The sandboxes' fork servers (one per grading lane, ``engine/lanes.py``: two where the machine has two cores)
+start as this plugin loads, before the grader imports torch and the references, so that the imports overlap;
+on two cores the second starts only once more than one assignment is handed over.
 The first test hands every collected exercise of a submitted assignment to the lanes, and each test waits for
 its own verdict. Every collected exercise ends up in the table and in results.json, whatever happens.
 """
@@ -113,9 +114,12 @@ class Submission:
     def hand_over(self, exercises) -> None:
         """Give the lanes every one of ``exercises`` ((assignment, Exercise), in the order they will be asked for) of
         an assignment that gets verdicts, so that they are graded while the tests wait for the first."""
+        graded = {assignment for assignment, _ in exercises if self.submitted(assignment)}
         for assignment, exercise in exercises:
-            if self.submitted(assignment):
+            if assignment in graded:
                 self._future(assignment, exercise)
+        if len(graded) > 1:
+            LANES.widen()  # one assignment alone takes about what a second fork server takes to start
 
     def verdict(self, assignment: str, exercise: Exercise):
         """The verdict on ``exercise`` of ``assignment`` (handed to the lanes now, unless it was already)."""

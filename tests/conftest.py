@@ -12,6 +12,7 @@ import torch
 from filelock import FileLock
 
 from autograder.engine.assignments import SMOLLM2, needed_weights
+from autograder.engine.lanes import LANES_ENV
 from autograder.engine.sandbox.client import Sandbox, shared
 from course.layout import ROOT as REPO
 
@@ -19,9 +20,11 @@ from course.layout import ROOT as REPO
 def pytest_configure(config):
     """A worker of a parallel run (pytest -n) computes on one thread, and so does everything it starts (kernels,
     graders, nbgrader): the workers already fill the cores, and torch's thread pools, oversubscribed, collapse
-    (the 07 notebook beside a worker grading 07: 27 s on one thread each, 170 s on two)."""
+    (the 07 notebook beside a worker grading 07: 27 s on one thread each, 170 s on two). For the same reason a
+    `pytest autograder/` it starts grades in one lane, unless the test asks for two."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ["OMP_NUM_THREADS"] = "1"
+        os.environ.setdefault(LANES_ENV, "1")
         torch.set_num_threads(1)
 
 

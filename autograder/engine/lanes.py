@@ -20,68 +20,77 @@ from autograder.engine.sandbox.client import Sandbox, shared
 if TYPE_CHECKING:
     from autograder.engine.model import Exercise, Verdict
 
-# Two lanes where the grader can have three cores: one for its own process, one for each fork server, which start
-# together (a torch import each). On two cores the second fork server's start takes the CPU from the first lane's
-# work and from the grader, and costs as much as it saves (07: 0.6 s less, 01: 0.5 s more); a third lane would
-# only add a start, since 07's greedy decoding alone sets the critical path.
+# Two lanes: a third would only add a fork server's start, since 07's greedy decoding alone sets the critical path.
 MOST_LANES = 2
-CORES_PER_EXTRA_LANE = 3
+# From this many cores the second fork server starts with the first, as the plugin loads: its torch import then
+# overlaps the grader's own on a core of its own. On two cores three torch imports at once cost more than the
+# second lane saves; it starts once ``widen`` is told that more than one assignment is graded (paired runs on two
+# cores, a solved 07 alone: 0.86x the wall time of one lane; 01 alone: 1.11x; all nine: 0.84x).
+CORES_TO_START_EARLY = 3
 _DONE = None
-
-
 # Set to 1 or 2, the number of lanes whatever the cores (a grader that shares its machine, a test of two lanes).
 LANES_ENV = "ATTENTION_COURSE_LANES"
 
 
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def lane_count() -> int:
-    """The lanes worth running on this machine: two where this process may use three cores, else one; or as many
-    as ``LANES_ENV`` says (1 to ``MOST_LANES``)."""
+    """The lanes worth running here: two where this process may use two cores, else one; or as many as
+    ``LANES_ENV`` says (1 to ``MOST_LANES``)."""
     said = os.environ.get(LANES_ENV, "").strip()
     if said:
         if not (said.isdigit() and 1 <= int(said) <= MOST_LANES):
             raise ValueError(f"{LANES_ENV}={said!r}: give a whole number from 1 to {MOST_LANES}, or leave it unset")
         return int(said)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return MOST_LANES if cores >= CORES_PER_EXTRA_LANE else 1
+    return min(MOST_LANES, cores())
 
 
 class Lanes:
     """Threads that grade the exercises handed to ``submit``, one per sandbox of ``sandboxes``: by default the
-    process's shared one, and another where the machine has the cores (``lane_count``). ``start`` starts their
-    fork servers early; the first ``submit`` does otherwise."""
+    process's shared one, and another where the machine has the cores (``lane_count``). Where there are
+    ``CORES_TO_START_EARLY`` (or ``early``), every lane starts with the first: ``start``, or the first ``submit``.
+    Otherwise the first lane alone does, and the others once ``widen`` says the work is worth their start."""
 
-    def __init__(self, sandboxes: "list[Sandbox] | None" = None):
+    def __init__(self, sandboxes: "list[Sandbox] | None" = None, early: bool | None = None):
         self._sandboxes = sandboxes or [shared(), *(Sandbox() for _ in range(lane_count() - 1))]
+        self._early = cores() >= CORES_TO_START_EARLY if early is None else early
         self._queue: queue.Queue = queue.Queue()
-        self._threads: list[threading.Thread] = []
-        self._greeted: dict[int, threading.Event] = {}  # lane -> set once its sandbox has answered, or failed to
+        self._threads: list[threading.Thread] = []  # one per lane opened so far, the first lanes first
+        self._greeted: list[threading.Event] = []  # set once that lane's sandbox has answered, or failed to
         self._first_up = threading.Event()  # set once the first lane's sandbox has answered, or failed to
         self._first_ok = False
 
     def start(self) -> None:
-        """Start every lane's fork server without waiting for it."""
-        for sandbox in self._sandboxes:
+        """Start the fork servers of the lanes that start with the first, without waiting for them."""
+        for sandbox in self._sandboxes if self._early else self._sandboxes[:1]:
             sandbox.start()
 
     def submit(self, exercise: "Exercise", cells, notebook: str) -> "Future[Verdict]":
         """The verdict on ``exercise`` for ``cells``, the code of the notebook ``notebook`` (verdicts are kept per
         notebook), once a lane has graded it."""
-        if not self._threads:
-            self._start_lanes()
+        self._open(len(self._sandboxes) if self._early else 1)
         future: Future = Future()
         self._queue.put((exercise, cells, notebook, future))
         return future
 
-    def _start_lanes(self) -> None:
-        self.start()
-        self._greeted = {n: threading.Event() for n in range(len(self._sandboxes))}
-        self._threads = [threading.Thread(target=self._lane, args=(n,), daemon=True, name=f"lane-{n}")
-                         for n in range(len(self._sandboxes))]
-        for thread in self._threads:
-            thread.start()
+    def widen(self) -> None:
+        """Open every lane: the work handed over is long enough to pay for a fork server's start."""
+        self._open(len(self._sandboxes))
+
+    def _open(self, lanes: int) -> None:
+        """Open the first ``lanes`` lanes: start the fork servers not started yet (their torch import overlaps the
+        open lanes' work) and a thread for each."""
+        for lane in range(len(self._threads), lanes):
+            self._sandboxes[lane].start()
+            self._greeted.append(threading.Event())
+            self._threads.append(threading.Thread(target=self._lane, args=(lane,), daemon=True, name=f"lane-{lane}"))
+            self._threads[-1].start()
 
     def _lane(self, lane: int) -> None:
         # Here, not above: ``pytest autograder/`` starts the fork servers before it imports torch, which these do.
@@ -133,11 +142,11 @@ class Lanes:
                     job[-1].cancel()
         for _ in self._threads:
             self._queue.put(_DONE)
-        for lane, sandbox in enumerate(self._sandboxes[1:], start=1):
-            if not self._greeted[lane].is_set():
-                sandbox.abandon()
+        for lane, greeted in enumerate(self._greeted[1:], start=1):
+            if not greeted.is_set():
+                self._sandboxes[lane].abandon()
         for thread in self._threads:
             thread.join()
         for sandbox in self._sandboxes[1:]:
             sandbox.stop()
-        self._threads = []
+        self._threads, self._greeted = [], []

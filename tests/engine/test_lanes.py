@@ -38,7 +38,7 @@ def test_two_lanes_give_the_verdicts_of_one_sandbox_grading_in_order(sandbox):
                if verdict[0] == "attention")  # an exercise told that its base fails
     second = Sandbox()
     second.hello()  # up before the lanes start, so that both take exercises from the first
-    lanes, used = Lanes([sandbox, second]), [sandbox.cpu_used_s, 0.0]
+    lanes, used = Lanes([sandbox, second], early=True), [sandbox.cpu_used_s, 0.0]
     try:
         # Last exercise first: a base is then often being graded in one lane while the other grades what builds on it.
         futures = {name: {exercise.name: lanes.submit(exercise, cells, name)
@@ -54,7 +54,7 @@ def test_two_lanes_give_the_verdicts_of_one_sandbox_grading_in_order(sandbox):
 
 def test_a_lane_whose_sandbox_cannot_start_takes_nothing_and_the_first_grades_it_all(sandbox):
     cells = _cells(a05, {})
-    lanes = Lanes([sandbox, _CannotStart()])
+    lanes = Lanes([sandbox, _CannotStart()], early=True)
     try:
         verdicts = [lanes.submit(e, cells, "05").result(timeout=120) for e in ASSIGNMENTS["05_output_gate"]]
     finally:
@@ -75,7 +75,7 @@ class _CannotStart(Sandbox):
 def test_stopping_drops_what_no_lane_has_taken_and_leaves_no_fork_server(sandbox):
     cells = _cells(a01, {})
     second = Sandbox()
-    lanes = Lanes([sandbox, second])
+    lanes = Lanes([sandbox, second], early=True)
     futures = [lanes.submit(e, cells, "01") for e in ASSIGNMENTS["01_attention_basics"] * 3]
     lanes.stop()
     assert any(f.cancelled() for f in futures)
@@ -89,3 +89,19 @@ def test_the_exercises_an_exercise_builds_on_form_no_cycle():
     graph = {name: [base for base in exercise.uses if base in EXERCISES] for name, exercise in EXERCISES.items()}
     assert all(base in EXERCISES for exercise in EXERCISES.values() for base in exercise.uses), "a base not in the course"
     tuple(graphlib.TopologicalSorter(graph).static_order())  # raises CycleError on a cycle
+
+
+def test_on_two_cores_the_second_lane_starts_only_when_widened(sandbox):
+    """Where the second fork server would start with the first on too few cores, it waits for ``widen`` (more than
+    one assignment handed over) and grades from then on."""
+    cells, second = _cells(a05, {}), Sandbox()
+    lanes = Lanes([sandbox, second], early=False)
+    try:
+        lanes.start()
+        first = lanes.submit(EXERCISES["split_query_gate"], cells, "05").result(timeout=120)
+        assert first.passed and second._process is None
+        lanes.widen()
+        assert second._process is not None
+        assert all(lanes.submit(e, cells, "05").result(timeout=120).passed for e in ASSIGNMENTS["05_output_gate"])
+    finally:
+        lanes.stop()
