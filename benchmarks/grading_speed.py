@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder.engine.lanes import LANES_ENV, MOST_LANES, lane_count  # noqa: E402
+from autograder.engine.lanes import LANES_ENV, MOST_LANES, cores, lane_count, start_early  # noqa: E402
 from autograder.instructor.release import generate  # noqa: E402
 from course.cache import CACHE_ENV  # noqa: E402
 from tests import caches  # noqa: E402
@@ -111,8 +111,9 @@ def main() -> None:
             wrong = with_mistake(root / "real-wrong", a07, "greedy_generate", "所有层共用了一个 KVCache")
             wrong_07 = cold_and_warm([*graded, wrong], root, repeats)
 
-    print(f"{len(os.sched_getaffinity(0))} cores here: `pytest autograder/` grades in {lane_count()} lane(s) "
-          f"unless {LANES_ENV} says otherwise")
+    print(f"{cores()} cores here: `pytest autograder/` grades in {lane_count()} lane(s)"
+          + ("" if lane_count() == 1 or start_early() else ", the second once more than one assignment is handed over")
+          + f", unless {LANES_ENV} says otherwise (then all from the start)")
     print(f"python -c 'import torch'                      {torch_s:6.2f} s")
     print(f"pytest autograder/ (one solved 01)            {pytest_s:6.2f} s   "
           f"{pytest_s / torch_s:4.2f}x torch import, {pytest_s / nbgrader_s:4.2f}x nbgrader")

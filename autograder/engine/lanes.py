@@ -28,7 +28,8 @@ MOST_LANES = 2
 # cores, a solved 07 alone: 0.86x the wall time of one lane; 01 alone: 1.11x; all nine: 0.84x).
 CORES_TO_START_EARLY = 3
 _DONE = None
-# Set to 1 or 2, the number of lanes whatever the cores (a grader that shares its machine, a test of two lanes).
+# Set to 1 or 2, the number of lanes whatever the cores, all started with the first (a grader that shares its
+# machine, a test of two lanes).
 LANES_ENV = "ATTENTION_COURSE_LANES"
 
 
@@ -51,15 +52,22 @@ def lane_count() -> int:
     return min(MOST_LANES, cores())
 
 
+def start_early() -> bool:
+    """Whether every lane starts with the first: where there are ``CORES_TO_START_EARLY`` cores, or where
+    ``LANES_ENV`` asks for more than one lane."""
+    return cores() >= CORES_TO_START_EARLY or lane_count() > 1 and bool(os.environ.get(LANES_ENV, "").strip())
+
+
 class Lanes:
     """Threads that grade the exercises handed to ``submit``, one per sandbox of ``sandboxes``: by default the
     process's shared one, and another where the machine has the cores (``lane_count``). Where there are
-    ``CORES_TO_START_EARLY`` (or ``early``), every lane starts with the first: ``start``, or the first ``submit``.
+    ``CORES_TO_START_EARLY`` (``start_early``, or ``early``), every lane starts with the first: ``start``, or the
+    first ``submit``.
     Otherwise the first lane alone does, and the others once ``widen`` says the work is worth their start."""
 
     def __init__(self, sandboxes: "list[Sandbox] | None" = None, early: bool | None = None):
         self._sandboxes = sandboxes or [shared(), *(Sandbox() for _ in range(lane_count() - 1))]
-        self._early = cores() >= CORES_TO_START_EARLY if early is None else early
+        self._early = start_early() if early is None else early
         self._queue: queue.Queue = queue.Queue()
         self._threads: list[threading.Thread] = []  # one per lane opened so far, the first lanes first
         self._greeted: list[threading.Event] = []  # set once that lane's sandbox has answered, or failed to
