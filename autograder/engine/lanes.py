@@ -1,5 +1,6 @@
-"""Grading one student's exercises in two sandboxes at once, for ``pytest autograder/``: 07's greedy decoding
-(two seconds of real-model runs) no longer holds up the six exercises after it.
+"""Grading one student's exercises in two sandboxes at once, for ``pytest autograder/``: where the machine has the
+cores, 07's greedy decoding (two seconds of real-model runs) no longer holds up the six exercises after it, and a
+whole course's notebooks are graded two exercises at a time.
 
 Each lane is a thread with a fork server of its own; they take exercises from one queue, in the order given. A
 verdict is a function of the exercise and the code alone, whichever lane gives it and whatever it graded before:
@@ -24,8 +25,9 @@ if TYPE_CHECKING:
 MOST_LANES = 2
 # From this many cores the second fork server starts with the first, as the plugin loads: its torch import then
 # overlaps the grader's own on a core of its own. On two cores three torch imports at once cost more than the
-# second lane saves; it starts once ``widen`` is told that more than one assignment is graded (paired runs on two
-# cores, a solved 07 alone: 0.86x the wall time of one lane; 01 alone: 1.11x; all nine: 0.84x).
+# second lane saves, and started as the exercises are handed over it paid off for one assignment only sometimes
+# (paired runs, wall time against one lane: a solved 07 0.86x, 01 1.11x), so it starts once ``widen`` is told
+# that more than one assignment is graded (all nine solved: 0.86x).
 CORES_TO_START_EARLY = 3
 _DONE = None
 # Set to 1 or 2, the number of lanes whatever the cores, all started with the first (a grader that shares its
@@ -60,10 +62,9 @@ def start_early() -> bool:
 
 class Lanes:
     """Threads that grade the exercises handed to ``submit``, one per sandbox of ``sandboxes``: by default the
-    process's shared one, and another where the machine has the cores (``lane_count``). Where there are
-    ``CORES_TO_START_EARLY`` (``start_early``, or ``early``), every lane starts with the first: ``start``, or the
-    first ``submit``.
-    Otherwise the first lane alone does, and the others once ``widen`` says the work is worth their start."""
+    process's shared one, and another where the machine has the cores (``lane_count``). Where ``start_early``
+    (or ``early``) says so, every lane starts with the first, at ``start`` or the first ``submit``; otherwise the
+    first lane alone does, and the others once ``widen`` says the work is worth their start."""
 
     def __init__(self, sandboxes: "list[Sandbox] | None" = None, early: bool | None = None):
         self._sandboxes = sandboxes or [shared(), *(Sandbox() for _ in range(lane_count() - 1))]
