@@ -2,9 +2,12 @@
 order, give every verdict that one sandbox gives grading them in order, where an exercise fails on a base being
 graded in the other lane too; a lane whose sandbox cannot start takes nothing; stopping drops what no lane has taken yet."""
 import graphlib
+import os
+
+import pytest
 
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
-from autograder.engine.grading import grade_cells
+from autograder.engine.grading import grade_cells, judge
 from autograder.engine.lanes import Lanes
 from autograder.engine.sandbox.client import Sandbox, SandboxError
 from tests.presentations import graded_cells, student_blocks
@@ -105,3 +108,55 @@ def test_on_two_cores_the_second_lane_starts_only_when_widened(sandbox):
         assert all(lanes.submit(e, cells, "05").result(timeout=120).passed for e in ASSIGNMENTS["05_output_gate"])
     finally:
         lanes.stop()
+
+
+# Each run tries to stop or kill every process it can name: the other lane's fork server and run among them.
+_KILL_EVERYONE = '''
+import os, signal
+def attention_scores(q, k):
+    try:
+        seen = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:  # Landlock hides /proc
+        seen = []
+    for pid in [-1, 1, os.getppid(), *seen]:
+        if pid != os.getpid():
+            for sig in (signal.SIGSTOP, signal.SIGKILL):
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+    return q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+'''
+
+
+@pytest.mark.parametrize("walls_off", [(), ("namespaces",)], ids=["all walls", "no namespaces"])
+def test_a_run_in_one_lane_cannot_stop_the_other_lane(walls_off, sandbox):
+    """Both lanes grade the same student's code at once; where a run could see the other lane's processes (no
+    namespaces), seccomp and Landlock still keep its signals in, and every verdict is the one of one sandbox."""
+    cells = graded_cells(student_blocks(a01.layout({"attention_scores": _KILL_EVERYONE})))
+    boxes = [_started(walls_off), _started(walls_off)]
+    lanes = Lanes(boxes, early=True)
+    try:
+        in_lanes = [_key(f.result(timeout=300)) for f in
+                    [lanes.submit(e, cells, "01") for e in ASSIGNMENTS["01_attention_basics"] * 2]]
+        assert all(judge(EXERCISES["causal_mask"], cells, box).passed for box in boxes)  # both still grade
+    finally:
+        lanes.stop()  # and the second sandbox
+        boxes[0].stop()
+    in_order = [_key(v) for v in grade_cells("01_attention_basics", cells, sandbox)]
+    assert in_lanes == in_order * 2 and all(verdict[1] for verdict in in_order)
+
+
+def _started(walls_off: tuple) -> Sandbox:
+    """A sandbox up with ``walls_off`` turned off (read by the fork server as it starts)."""
+    if not walls_off:
+        box = Sandbox()
+        box.hello()
+        return box
+    os.environ["ATTENTION_COURSE_SANDBOX_OFF"] = ",".join(walls_off)
+    try:
+        box = Sandbox()
+        box.hello()
+        return box
+    finally:
+        del os.environ["ATTENTION_COURSE_SANDBOX_OFF"]
