@@ -129,6 +129,7 @@ def attention_scores(q, k):
 '''
 
 
+@pytest.mark.slow  # four fork servers started for it
 @pytest.mark.parametrize("walls_off", [(), ("namespaces",)], ids=["all walls", "no namespaces"])
 def test_a_run_in_one_lane_cannot_stop_the_other_lane(walls_off, sandbox):
     """Both lanes grade the same student's code at once; where a run could see the other lane's processes (no
