@@ -7,7 +7,8 @@ still the released stub (``course-work`` copies all eight) "未开始": both lis
 
 The sandboxes' fork servers (one per grading lane, ``engine/lanes.py``: two where the machine has two cores)
 start as this plugin loads, before the grader imports torch and the references, so that the imports overlap;
-on two cores the second starts only once more than one assignment is handed over.
+on two cores the second starts only once the exercises handed over are worth its start (more than one
+assignment, or one that runs a real model).
 The first test hands every collected exercise of a submitted assignment to the lanes, and each test waits for
 its own verdict. Every collected exercise ends up in the table and in results.json, whatever happens.
 """
@@ -21,7 +22,7 @@ from pathlib import Path  # noqa: E402 - after the fork servers' start, on purpo
 
 import pytest  # noqa: E402
 
-from autograder.engine.assignments import ASSIGNMENTS  # noqa: E402
+from autograder.engine.assignments import ASSIGNMENTS, RECORDS  # noqa: E402
 from autograder.engine.ipynb import NotebookError, read_code_cells  # noqa: E402
 from autograder.engine.model import Exercise, grader_problem  # noqa: E402
 from autograder.engine.sandbox.harness import NOT_IMPLEMENTED  # noqa: E402
@@ -118,8 +119,10 @@ class Submission:
         for assignment, exercise in exercises:
             if assignment in graded:
                 self._future(assignment, exercise)
-        if len(graded) > 1:
-            LANES.widen()  # one assignment alone takes about what a second fork server takes to start
+        # One assignment of small runs takes about what a second fork server takes to start; a real model's runs
+        # (07's SmolLM2), or several assignments, take longer.
+        if len(graded) > 1 or any(RECORDS[assignment].needs for assignment in graded):
+            LANES.widen()
 
     def verdict(self, assignment: str, exercise: Exercise):
         """The verdict on ``exercise`` of ``assignment`` (handed to the lanes now, unless it was already)."""

@@ -25,9 +25,9 @@ if TYPE_CHECKING:
 MOST_LANES = 2
 # From this many cores the second fork server starts with the first, as the plugin loads: its torch import then
 # overlaps the grader's own on a core of its own. On two cores three torch imports at once cost more than the
-# second lane saves, and started as the exercises are handed over it paid off for one assignment only sometimes
-# (paired runs, wall time against one lane: a solved 07 0.86x, 01 1.11x), so it starts once ``widen`` is told
-# that more than one assignment is graded (all nine solved: 0.86x).
+# second lane saves, and started as the exercises are handed over it pays off only where they hold seconds of
+# runs (paired runs, wall time against one lane: a solved 07 0.86x, all nine solved 0.86x, 01 alone 1.11x), so
+# it starts once ``widen`` is told so (``pytest autograder/``: more than one assignment, or a real model's).
 CORES_TO_START_EARLY = 3
 _DONE = None
 # Set to 1 or 2, the number of lanes whatever the cores, all started with the first (a grader that shares its
