@@ -112,7 +112,8 @@ def main() -> None:
             wrong_07 = cold_and_warm([*graded, wrong], root, repeats)
 
     print(f"{cores()} cores here: `pytest autograder/` grades in {lane_count()} lane(s)"
-          + ("" if lane_count() == 1 or start_early() else ", the second once more than one assignment is handed over")
+          + ("" if lane_count() == 1 or start_early() else
+             ", the second once more than one assignment, or 07's real model, is handed over")
           + f", unless {LANES_ENV} says otherwise (then all from the start)")
     print(f"python -c 'import torch'                      {torch_s:6.2f} s")
     print(f"pytest autograder/ (one solved 01)            {pytest_s:6.2f} s   "
