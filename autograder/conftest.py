@@ -202,6 +202,6 @@ def pytest_sessionfinish(session):
 
 
 def pytest_unconfigure(config):
-    LANES.stop()
+    LANES.stop(now=True)  # every verdict that was waited for is in; a run still going (Ctrl-C, -x) is no one's
     shared().stop()
 

@@ -117,6 +117,8 @@ class Lanes:
             if job is _DONE:
                 return
             exercise, cells, notebook, future = job
+            if not future.set_running_or_notify_cancel():
+                continue
             try:
                 future.set_result(judge(exercise, cells, sandbox, verdicts=given.setdefault(notebook, {})))
             except BaseException as e:  # noqa: BLE001 - judge gives a verdict for its own failures; this is a last net
@@ -140,10 +142,11 @@ class Lanes:
         self._first_up.wait()
         return up and self._first_ok
 
-    def stop(self) -> None:
+    def stop(self, now: bool = False) -> None:
         """End the lanes and the fork servers of all but the first (the process's shared one stops at exit):
-        exercises not yet taken are dropped, one being graded is finished first, and a fork server still starting
-        is killed rather than waited for."""
+        exercises not yet taken are dropped, and a fork server still starting is closed rather than waited for.
+        An exercise being graded is finished first, unless ``now`` (the process is ending: Ctrl-C, ``-x``), when
+        every lane's fork server is closed, the first's too, and what they ran is nobody's verdict."""
         with contextlib.suppress(queue.Empty):
             while True:
                 job = self._queue.get_nowait()
@@ -151,9 +154,9 @@ class Lanes:
                     job[-1].cancel()
         for _ in self._threads:
             self._queue.put(_DONE)
-        for lane, greeted in enumerate(self._greeted[1:], start=1):
-            if not greeted.is_set():
-                self._sandboxes[lane].abandon()
+        for lane, greeted in enumerate(self._greeted):
+            if now or lane and not greeted.is_set():
+                self._sandboxes[lane].close()
         for thread in self._threads:
             thread.join()
         for sandbox in self._sandboxes[1:]:

@@ -3,9 +3,11 @@ order, give every verdict that one sandbox gives grading them in order, where an
 graded in the other lane too; a lane whose sandbox cannot start takes nothing; stopping drops what no lane has taken yet."""
 import graphlib
 import os
+import time
 
 import pytest
 
+from autograder.engine import limits
 from autograder.engine.assignments import ASSIGNMENTS, EXERCISES
 from autograder.engine.grading import grade_cells, judge
 from autograder.engine.lanes import Lanes
@@ -84,6 +86,25 @@ def test_stopping_drops_what_no_lane_has_taken_and_leaves_no_fork_server(sandbox
     assert any(f.cancelled() for f in futures)
     assert all(f.cancelled() or f.result().exercise for f in futures)
     assert second._process is None  # stopped, whether it had started or was still starting
+
+
+def test_stopping_now_ends_a_run_in_progress_at_once():
+    """What ``pytest autograder/`` does as it ends (Ctrl-C, ``-x``): a run nobody waits for any more, here a loop
+    that would hold its lane until its CPU time is up (20 s), is killed, and no fork server is started again."""
+    cells = _cells(a01, {"attention_scores": "def attention_scores(q, k):\n    while True:\n        pass\n"})
+    boxes = [Sandbox(), Sandbox()]
+    lanes = Lanes(boxes, early=True)
+    loop = lanes.submit(EXERCISES["attention_scores"], cells, "01")
+    deadline = time.monotonic() + 60
+    while not loop.running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1)  # the loop is running in its child
+    started = time.monotonic()
+    lanes.stop(now=True)
+    assert time.monotonic() - started < limits.EXERCISE_TIMEOUT_S / 2
+    assert loop.result(timeout=0).grader_problem
+    assert all(box._process is None or box._process.poll() is not None for box in boxes)
+    boxes[0].stop()
 
 
 def test_the_exercises_an_exercise_builds_on_form_no_cycle():

@@ -56,10 +56,13 @@ class Sandbox:
         self._jobs = 0
         self._sent = Sent()  # the cases this fork server keeps
         self._lock = threading.Lock()
+        self._closed = False  # by ``close``: no fork server is started again
         self.cpu_used_s = 0.0
 
     def start(self) -> None:
         """Start the fork server without waiting for it (its first answer is awaited by the first job)."""
+        if self._closed:
+            raise SandboxError("the sandbox was closed: grading is over")
         if self._process is not None and self._process.poll() is None:
             return
         self._stderr = tempfile.TemporaryFile()
@@ -156,10 +159,11 @@ class Sandbox:
         tail = self._stderr.read().decode(errors="replace").strip()[-1500:]
         return f":\n{tail}" if tail else ""
 
-    def abandon(self) -> None:
-        """Kill the fork server's processes and nothing else, from another thread than the one using this sandbox
-        (which then gets a ``SandboxError``): for a sandbox still starting that is no longer wanted. ``stop`` tidies
-        up once that thread is done."""
+    def close(self) -> None:
+        """Kill the fork server's processes and start no other, from any thread: one waiting on this sandbox (for
+        its greeting or a job) gets a ``SandboxError``, and so does any later job. ``stop`` tidies up once that
+        thread is done. For a sandbox no longer wanted while it starts or runs a job nobody will read."""
+        self._closed = True
         process = self._process
         if process is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
