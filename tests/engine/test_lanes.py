@@ -1,6 +1,8 @@
 """Grading lanes (``autograder/engine/lanes.py``): two sandboxes grading one student's exercises at once, in any
 order, give every verdict that one sandbox gives grading them in order, where an exercise fails on a base being
-graded in the other lane too; a lane whose sandbox cannot start takes nothing; stopping drops what no lane has taken yet."""
+graded in the other lane too. A lane whose sandbox cannot start takes nothing; stopping drops what no lane has
+taken, and stopping now kills a run nobody waits for; on two cores the second lane waits to be widened; a run in
+one lane cannot stop the other."""
 import graphlib
 import os
 import time
