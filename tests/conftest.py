@@ -15,6 +15,7 @@ from autograder.engine.assignments import SMOLLM2, needed_weights
 from autograder.engine.lanes import LANES_ENV
 from autograder.engine.sandbox.client import Sandbox, shared
 from course.layout import ROOT as REPO
+from tests.sandboxes import started_without
 
 
 def pytest_configure(config):
@@ -75,15 +76,9 @@ def sandbox_without():
     started = {}
 
     def make(*walls: str) -> Sandbox:
-        key = ",".join(walls)
-        if key not in started:
-            os.environ["ATTENTION_COURSE_SANDBOX_OFF"] = key  # read by the fork server as it starts
-            try:
-                started[key] = Sandbox()
-                started[key].hello()
-            finally:
-                del os.environ["ATTENTION_COURSE_SANDBOX_OFF"]
-        return started[key]
+        if walls not in started:
+            started[walls] = started_without(*walls)
+        return started[walls]
 
     yield make
     for box in started.values():

@@ -43,21 +43,28 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def _asked() -> int | None:
+    """The number of lanes ``LANES_ENV`` asks for (None when it is unset)."""
+    said = os.environ.get(LANES_ENV, "").strip()
+    if not said:
+        return None
+    if not (said.isdigit() and 1 <= int(said) <= MOST_LANES):
+        raise ValueError(f"{LANES_ENV}={said!r}: give a whole number from 1 to {MOST_LANES}, or leave it unset")
+    return int(said)
+
+
 def lane_count() -> int:
     """The lanes worth running here: two where this process may use two cores, else one; or as many as
     ``LANES_ENV`` says (1 to ``MOST_LANES``)."""
-    said = os.environ.get(LANES_ENV, "").strip()
-    if said:
-        if not (said.isdigit() and 1 <= int(said) <= MOST_LANES):
-            raise ValueError(f"{LANES_ENV}={said!r}: give a whole number from 1 to {MOST_LANES}, or leave it unset")
-        return int(said)
-    return min(MOST_LANES, cores())
+    asked = _asked()
+    return min(MOST_LANES, cores()) if asked is None else asked
 
 
 def start_early() -> bool:
     """Whether every lane starts with the first: where there are ``CORES_TO_START_EARLY`` cores, or where
     ``LANES_ENV`` asks for more than one lane."""
-    return cores() >= CORES_TO_START_EARLY or lane_count() > 1 and bool(os.environ.get(LANES_ENV, "").strip())
+    asked = _asked()
+    return cores() >= CORES_TO_START_EARLY if asked is None else asked > 1
 
 
 class Lanes:
@@ -72,8 +79,7 @@ class Lanes:
         self._queue: queue.Queue = queue.Queue()
         self._threads: list[threading.Thread] = []  # one per lane opened so far, the first lanes first
         self._greeted: list[threading.Event] = []  # set once that lane's sandbox has answered, or failed to
-        self._first_up = threading.Event()  # set once the first lane's sandbox has answered, or failed to
-        self._first_ok = False
+        self._first_ok = False  # whether the first lane's sandbox answered (read once its lane is greeted)
 
     def start(self) -> None:
         """Start the fork servers of the lanes that start with the first, without waiting for them."""
@@ -107,7 +113,7 @@ class Lanes:
         from autograder.engine.model import grader_problem
 
         sandbox = self._sandboxes[lane]
-        up = self._up(sandbox)
+        up = self._up(lane)
         self._greeted[lane].set()
         if not up:
             return
@@ -124,22 +130,20 @@ class Lanes:
             except BaseException as e:  # noqa: BLE001 - judge gives a verdict for its own failures; this is a last net
                 future.set_result(grader_problem(exercise, f"{type(e).__name__}: {e}"))
 
-    def _up(self, sandbox: Sandbox) -> bool:
+    def _up(self, lane: int) -> bool:
         """Whether this lane takes exercises: the first always does (where its sandbox cannot start, each exercise
         is the grader's problem, as without lanes); another only once its own sandbox and the first one are up, so
         that no verdict depends on which lane took the exercise. Waiting for its own sandbox before taking
         anything keeps a lane still starting from holding up what it took."""
-        first = sandbox is self._sandboxes[0]
         try:
-            sandbox.hello()
+            self._sandboxes[lane].hello()
             up = True
         except Exception:  # noqa: BLE001 - the first lane's judge says why; another lane just stays out
             up = False
-        if first:
+        if lane == 0:
             self._first_ok = up
-            self._first_up.set()
             return True
-        self._first_up.wait()
+        self._greeted[0].wait()
         return up and self._first_ok
 
     def stop(self, now: bool = False) -> None:

@@ -4,7 +4,6 @@ graded in the other lane too. A lane whose sandbox cannot start takes nothing; s
 taken, and stopping now kills a run nobody waits for; on two cores the second lane waits to be widened; a run in
 one lane cannot stop the other."""
 import graphlib
-import os
 import time
 
 import pytest
@@ -15,6 +14,7 @@ from autograder.engine.grading import grade_cells, judge
 from autograder.engine.lanes import Lanes
 from autograder.engine.sandbox.client import Sandbox, SandboxError
 from tests.presentations import graded_cells, student_blocks
+from tests.sandboxes import started_without
 from tests.students import a01, a03, a05
 
 # A wrong base under exercises that build on it (attention and online softmax on masked_softmax, 05's gradient on
@@ -158,7 +158,7 @@ def test_a_run_in_one_lane_cannot_stop_the_other_lane(walls_off, sandbox):
     """Both lanes grade the same student's code at once; where a run could see the other lane's processes (no
     namespaces), seccomp and Landlock still keep its signals in, and every verdict is the one of one sandbox."""
     cells = graded_cells(student_blocks(a01.layout({"attention_scores": _KILL_EVERYONE})))
-    boxes = [_started(walls_off), _started(walls_off)]
+    boxes = [started_without(*walls_off), started_without(*walls_off)]
     lanes = Lanes(boxes, early=True)
     try:
         in_lanes = [_key(f.result(timeout=300)) for f in
@@ -170,17 +170,3 @@ def test_a_run_in_one_lane_cannot_stop_the_other_lane(walls_off, sandbox):
     in_order = [_key(v) for v in grade_cells("01_attention_basics", cells, sandbox)]
     assert in_lanes == in_order * 2 and all(verdict[1] for verdict in in_order)
 
-
-def _started(walls_off: tuple) -> Sandbox:
-    """A sandbox up with ``walls_off`` turned off (read by the fork server as it starts)."""
-    if not walls_off:
-        box = Sandbox()
-        box.hello()
-        return box
-    os.environ["ATTENTION_COURSE_SANDBOX_OFF"] = ",".join(walls_off)
-    try:
-        box = Sandbox()
-        box.hello()
-        return box
-    finally:
-        del os.environ["ATTENTION_COURSE_SANDBOX_OFF"]
